@@ -1,0 +1,22 @@
+/// A payload that did not decode. `message` names the field path (`payload.todo.id`).
+public struct PayloadError: Error, Sendable, Hashable {
+    public let message: String
+    public init(message: String) { self.message = message }
+}
+
+/// The encoded body of an event: its payload, or the error it carries instead.
+public enum EncodedBody: Sendable, Hashable {
+    case payload([UInt8])
+    case error([UInt8])
+}
+
+/// Turns an app's events into wire bodies and client frames into events. The relay knows
+/// events only through this.
+public protocol EventCodec<Event>: Sendable {
+    associatedtype Event: StreamEvent
+    var catalog: EventCatalog { get }
+    /// Decodes the payload of a client frame (the whole frame's JSON bytes) that names a
+    /// publishable request type.
+    func decodeRequest(named name: String, frame: [UInt8]) throws(PayloadError) -> Event
+    func encodeBody(_ event: Event) -> EncodedBody
+}

@@ -1,0 +1,31 @@
+/// Releases items in exact seq order, holding back any that arrive early.
+///
+/// Writers commit in seq order, but the events they cause may reach the fan-out in another
+/// order; this puts them back.
+public struct SequenceOrderer<Item> {
+    public private(set) var next: UInt64
+    private var pending: [UInt64: Item] = [:]
+
+    /// - Parameter after: the seq already delivered; the next released is `after + 1`.
+    public init(after: UInt64) { self.next = after + 1 }
+
+    public var heldBack: Int { pending.count }
+
+    /// Accepts one item and returns every item now releasable, in order. A seq already
+    /// released is dropped.
+    public mutating func accept(seq: UInt64, _ item: Item) -> [Item] {
+        guard seq >= next else { return [] }
+        if seq != next {
+            pending[seq] = item
+            return []
+        }
+        var released = [item]
+        next += 1
+        while let following = pending.removeValue(forKey: next) {
+            released.append(following)
+            next += 1
+        }
+        return released
+    }
+}
+extension SequenceOrderer: Sendable where Item: Sendable {}

@@ -1,0 +1,137 @@
+import EventStream
+typealias EventStreamJSON = JSONWriter
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// What `/healthz` reports.
+public struct HealthReport: Sendable {
+    public var storageOK: Bool
+    public var connections: Int
+    public var seq: UInt64
+    public var epoch: String
+
+    public init(storageOK: Bool, connections: Int, seq: UInt64, epoch: String) {
+        self.storageOK = storageOK
+        self.connections = connections
+        self.seq = seq
+        self.epoch = epoch
+    }
+}
+
+/// The HTTP listener's fixed routes: the web frontend, `/healthz`, `/metrics`, and a clear
+/// answer for `/events` requests that are not WebSocket upgrades. Files are served from memory,
+/// never from paths joined onto the filesystem.
+final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let health: @Sendable () async -> HealthReport
+    private let metrics: @Sendable () async -> String
+    private var head: HTTPRequestHead?
+
+    init(health: @escaping @Sendable () async -> HealthReport, metrics: @escaping @Sendable () async -> String) {
+        self.health = health
+        self.metrics = metrics
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+        case .body:
+            break
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            route(context, head)
+        }
+    }
+
+    private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+        guard head.method == .GET || head.method == .HEAD else {
+            return respond(context, head, .methodNotAllowed, "text/plain; charset=utf-8", Array("Only GET is supported.\n".utf8), extra: [("Allow", "GET, HEAD")])
+        }
+        if path == "/healthz" {
+            let health = self.health
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let loop = context.eventLoop
+            Task {
+                let report = await health()
+                loop.execute {
+                    let (handler, context) = bound.value
+                    var writer = JSONWriterProxy()
+                    let body = writer.health(report)
+                    handler.respond(context, head, report.storageOK ? .ok : .serviceUnavailable, "application/json", body)
+                }
+            }
+            return
+        }
+        if path == "/metrics" {
+            let metrics = self.metrics
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let loop = context.eventLoop
+            Task {
+                let text = await metrics()
+                loop.execute {
+                    let (handler, context) = bound.value
+                    handler.respond(context, head, .ok, "text/plain; version=0.0.4; charset=utf-8", Array(text.utf8))
+                }
+            }
+            return
+        }
+        if path == "/events" {
+            return respond(
+                context, head, .upgradeRequired, "text/plain; charset=utf-8",
+                Array("/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket).\n".utf8),
+                extra: [("Upgrade", "websocket")]
+            )
+        }
+        if let asset = WebAssets.files[path == "/" ? "/index.html" : path] {
+            return respond(context, head, .ok, asset.contentType, asset.bytes, extra: [("Cache-Control", "no-cache")])
+        }
+        respond(context, head, .notFound, "text/plain; charset=utf-8", Array("Not found.\n".utf8))
+    }
+
+    private func respond(
+        _ context: ChannelHandlerContext,
+        _ request: HTTPRequestHead,
+        _ status: HTTPResponseStatus,
+        _ contentType: String,
+        _ body: [UInt8],
+        extra: [(String, String)] = []
+    ) {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: contentType)
+        headers.add(name: "Content-Length", value: String(body.count))
+        headers.add(name: "X-Content-Type-Options", value: "nosniff")
+        for (name, value) in extra { headers.add(name: name, value: value) }
+        let keepAlive = request.isKeepAlive
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        if request.method != .HEAD {
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+        }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            if !keepAlive { channel.close(promise: nil) }
+        }
+    }
+}
+
+/// Builds the `/healthz` body.
+struct JSONWriterProxy {
+    mutating func health(_ report: HealthReport) -> [UInt8] {
+        var writer = EventStreamJSON()
+        writer.beginObject()
+        writer.field("status", report.storageOK ? "ok" : "unavailable")
+        writer.field("storage", report.storageOK ? "ok" : "down")
+        writer.field("connections", report.connections)
+        writer.field("seq", report.seq)
+        writer.field("epoch", report.epoch)
+        writer.endObject()
+        return writer.bytes
+    }
+}

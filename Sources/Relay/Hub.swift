@@ -1,0 +1,257 @@
+import EventStream
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// A broadcast encoded once: the bytes every subscriber gets, and the copy with `re` for the
+/// session whose request caused it.
+struct BroadcastFrame: Sendable {
+    let seq: UInt64
+    let typeIndex: Int
+    let plain: ByteBuffer
+    let origin: SessionID?
+    let originCopy: ByteBuffer
+}
+
+/// Routes the bus's output to sessions: broadcasts in exact seq order to every subscriber,
+/// replies to their requester, and copies of everything to monitors.
+///
+/// Sessions live in one shard per event loop, touched only on that loop, so the fan-out takes
+/// no lock per subscriber: a broadcast is encoded once, put in order under one lock, and handed
+/// to each loop as a single task that writes the same bytes to all of that loop's subscribers
+/// and flushes each once.
+public final class Hub<Codec: EventCodec>: EventSink, Sendable {
+    public typealias Event = Codec.Event
+
+    let codec: Codec
+    public let epoch: String
+    private let shards: [ObjectIdentifier: Shard<Codec>]
+    private let orderedShards: [Shard<Codec>]
+    private let orderer: NIOLockedValueBox<SequenceOrderer<BroadcastFrame>>
+    private let directory = NIOLockedValueBox<[SessionID: SessionEntry]>([:])
+    private let counters = NIOLockedValueBox(Counters())
+    private let nextSessionID = NIOLockedValueBox<UInt64>(0)
+    let monitorCount = NIOLockedValueBox(0)
+
+    struct SessionEntry {
+        let loop: any EventLoop
+        let uuid: String
+    }
+
+    struct Counters {
+        var total = 0
+        var perIP: [String: Int] = [:]
+    }
+
+    /// - Parameters:
+    ///   - head: the newest seq already broadcast (the journal's head at start).
+    public init(codec: Codec, epoch: String, head: UInt64, loops: [any EventLoop]) {
+        self.codec = codec
+        self.epoch = epoch
+        var shards: [ObjectIdentifier: Shard<Codec>] = [:]
+        var ordered: [Shard<Codec>] = []
+        for loop in loops {
+            let shard = Shard<Codec>(loop: loop, typeCount: codec.catalog.descriptors.count, head: head)
+            shards[ObjectIdentifier(loop)] = shard
+            ordered.append(shard)
+        }
+        self.shards = shards
+        self.orderedShards = ordered
+        self.orderer = NIOLockedValueBox(SequenceOrderer(after: head))
+    }
+
+    /// The newest seq handed to the fan-out.
+    public var seq: UInt64 { orderer.withLockedValue { $0.next - 1 } }
+
+    public var connectionCount: Int { counters.withLockedValue { $0.total } }
+
+    func makeSessionID() -> SessionID {
+        nextSessionID.withLockedValue {
+            $0 += 1
+            return SessionID($0)
+        }
+    }
+
+    func shard(for loop: any EventLoop) -> Shard<Codec>? { shards[ObjectIdentifier(loop)] }
+
+    // MARK: Admission
+
+    enum Admission {
+        case admitted
+        case tooManyTotal
+        case tooManyFromIP
+    }
+
+    func admit(ip: String, limits: RelayConfiguration) -> Admission {
+        counters.withLockedValue { counters in
+            if counters.total >= limits.maxConnections { return .tooManyTotal }
+            if counters.perIP[ip, default: 0] >= limits.maxConnectionsPerIP { return .tooManyFromIP }
+            counters.total += 1
+            counters.perIP[ip, default: 0] += 1
+            return .admitted
+        }
+    }
+
+    func release(ip: String) {
+        counters.withLockedValue { counters in
+            counters.total -= 1
+            let left = counters.perIP[ip, default: 1] - 1
+            counters.perIP[ip] = left > 0 ? left : nil
+        }
+    }
+
+    // MARK: Registration (called on the session's loop)
+
+    /// Registers a session in its loop's shard and returns the seq it starts after.
+    func register(_ session: SessionHandler<Codec>) -> UInt64 {
+        directory.withLockedValue { $0[session.id] = SessionEntry(loop: session.loop, uuid: session.uuid) }
+        guard let shard = shard(for: session.loop) else { return seq }
+        shard.sessions[session.id] = session
+        return shard.lastSeq
+    }
+
+    func unregister(_ session: SessionHandler<Codec>) {
+        directory.withLockedValue { $0[session.id] = nil }
+        shard(for: session.loop)?.remove(session)
+    }
+
+    /// Updates a session's place in its shard's type index.
+    func updateSubscriptions(_ session: SessionHandler<Codec>, from old: TypeSet, to new: TypeSet, monitor wasMonitor: Bool, isMonitor: Bool) {
+        guard let shard = shard(for: session.loop) else { return }
+        shard.reindex(session, from: old, to: new, wasMonitor: wasMonitor, isMonitor: isMonitor)
+        if wasMonitor != isMonitor { monitorCount.withLockedValue { $0 += isMonitor ? 1 : -1 } }
+    }
+
+    // MARK: EventSink
+
+    public func deliver(_ event: Event, scope: Scope, origin: Origin) {
+        let name = event.name
+        guard let typeIndex = codec.catalog.index(of: name) else { return }
+        switch scope {
+        case .broadcast(let seq):
+            let body = codec.encodeBody(event)
+            let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, body: body)
+            let originCopy =
+                origin.correlation == nil
+                ? plain : OutboundFrame.event(seq: seq, type: name, correlation: origin.correlation, body: body)
+            publishBroadcast(
+                BroadcastFrame(seq: seq, typeIndex: typeIndex, plain: plain, origin: origin.session, originCopy: originCopy)
+            )
+        case .reply:
+            let body = codec.encodeBody(event)
+            let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
+            if let entry = directory.withLockedValue({ $0[origin.session] }) {
+                let shard = self.shard(for: entry.loop)
+                entry.loop.execute { shard?.sessions[origin.session]?.deliverReply(frame) }
+            }
+            copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
+        case .internal:
+            copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: nil)
+        }
+    }
+
+    /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
+    func publishBroadcast(_ frame: BroadcastFrame) {
+        orderer.withLockedValue { orderer in
+            let released = orderer.accept(seq: frame.seq, frame)
+            guard !released.isEmpty else { return }
+            // Submitted under the lock so every loop receives broadcasts in seq order.
+            for shard in orderedShards {
+                shard.loop.execute { shard.fanOut(released) }
+            }
+        }
+    }
+
+    private func copyToMonitors(_ event: Event, typeIndex: Int, origin: Origin, body: EncodedBody?) {
+        guard monitorCount.withLockedValue({ $0 }) > 0 else { return }
+        let uuid = directory.withLockedValue { $0[origin.session]?.uuid }
+        let frame = OutboundFrame.event(
+            seq: nil,
+            type: event.name,
+            correlation: nil,
+            session: uuid ?? "",
+            body: body ?? codec.encodeBody(event)
+        )
+        for shard in orderedShards {
+            shard.loop.execute { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
+        }
+    }
+
+    /// Sends every session a control frame (used for `draining`).
+    func sendToAll(_ make: @escaping @Sendable () -> ByteBuffer) {
+        for shard in orderedShards {
+            shard.loop.execute {
+                for session in shard.sessions.values { session.deliverControl(make()) }
+            }
+        }
+    }
+
+    /// Calls `body` on each loop with that loop's sessions and waits for all.
+    func forEachSession(_ body: @escaping @Sendable (SessionHandler<Codec>) -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            for shard in orderedShards {
+                group.addTask {
+                    try? await shard.loop.submit { for session in shard.sessions.values { body(session) } }.get()
+                }
+            }
+        }
+    }
+}
+
+/// The sessions of one event loop. Invariant: every stored property is read and written only
+/// on `loop`, which is why it may be shared across threads.
+final class Shard<Codec: EventCodec>: @unchecked Sendable {
+    let loop: any EventLoop
+    var sessions: [SessionID: SessionHandler<Codec>] = [:]
+    private var byType: [[SessionID: SessionHandler<Codec>]]
+    private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
+    /// The newest broadcast fanned out on this loop.
+    private(set) var lastSeq: UInt64
+
+    init(loop: any EventLoop, typeCount: Int, head: UInt64) {
+        self.loop = loop
+        self.byType = Array(repeating: [:], count: typeCount)
+        self.monitorsByType = Array(repeating: [:], count: typeCount)
+        self.lastSeq = head
+    }
+
+    func reindex(_ session: SessionHandler<Codec>, from old: TypeSet, to new: TypeSet, wasMonitor: Bool, isMonitor: Bool) {
+        for index in byType.indices {
+            if old.contains(index) {
+                byType[index][session.id] = nil
+                monitorsByType[index][session.id] = nil
+            }
+            if new.contains(index) {
+                byType[index][session.id] = session
+                if isMonitor { monitorsByType[index][session.id] = session }
+            }
+        }
+    }
+
+    func remove(_ session: SessionHandler<Codec>) {
+        sessions[session.id] = nil
+        for index in byType.indices {
+            byType[index][session.id] = nil
+            monitorsByType[index][session.id] = nil
+        }
+    }
+
+    func fanOut(_ frames: [BroadcastFrame]) {
+        var touched: [SessionHandler<Codec>] = []
+        for frame in frames {
+            lastSeq = frame.seq
+            for (id, session) in byType[frame.typeIndex] where id != frame.origin {
+                if session.enqueueBroadcast(frame.plain, seq: frame.seq) { touched.append(session) }
+            }
+            if let origin = frame.origin, let session = sessions[origin] {
+                if session.enqueueBroadcast(frame.originCopy, seq: frame.seq) { touched.append(session) }
+            }
+        }
+        for session in touched { session.flushBroadcasts() }
+    }
+
+    func copyToMonitors(_ frame: ByteBuffer, typeIndex: Int, except origin: SessionID) {
+        for (id, session) in monitorsByType[typeIndex] where id != origin {
+            session.deliverControl(frame)
+        }
+    }
+}

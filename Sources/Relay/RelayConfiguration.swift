@@ -1,0 +1,70 @@
+import EventStream
+
+/// Limits and settings of the relay. Every buffer and queue it keeps is bounded by one of
+/// these.
+public struct RelayConfiguration: Sendable, Hashable {
+    /// The largest frame (a TCP line or a WebSocket message) processed; larger ones are
+    /// answered `frame_too_large` and dropped.
+    public var maxFrameBytes: Int = 64 * 1024
+    /// WebSocket messages over this are a protocol violation (close 1009).
+    public var webSocketHardCapBytes: Int = 1024 * 1024
+    /// Outbound queue bound per connection, in bytes not yet taken by the kernel.
+    public var maxQueueBytes: Int = 4 * 1024 * 1024
+    /// Outbound queue bound per connection, in frames written since the queue was last empty.
+    public var maxQueueFrames: Int = 16_384
+    /// Frames read ahead while a request of the same connection is in flight; past this the
+    /// daemon stops reading from that connection until it catches up.
+    public var maxPipelinedFrames: Int = 64
+    /// Subscription patterns one session may hold.
+    public var maxSubscriptions: Int = 64
+    /// Connections accepted at once, in total and from one IP address.
+    public var maxConnections: Int = 10_000
+    public var maxConnectionsPerIP: Int = 1_000
+    /// Frames per second one connection may send (token bucket), and the burst allowed.
+    public var rateLimitPerSecond: Double = 1_000
+    public var rateLimitBurst: Double = 2_000
+    /// Journal entries fetched per page while resuming.
+    public var resumePageSize: Int = 1_000
+    /// Seconds an unauthenticated connection may stay idle when auth is required.
+    public var unauthenticatedIdleSeconds: Int = 30
+    /// What `draining` tells clients to wait before reconnecting (jitter is added).
+    public var drainReconnectAfterMs: Int = 1_000
+    /// How long a graceful shutdown waits for in-flight requests and queues to flush.
+    public var drainTimeoutMs: Int = 5_000
+    /// The `server` field of the hello.
+    public var serverName: String = "todostreamd/1.0.0"
+    /// Allowed `Origin` values for WebSocket upgrades; empty means the request's own host.
+    public var allowedOrigins: [String] = []
+
+    public init() {}
+}
+
+/// Tokens and the role each grants.
+public struct AuthConfiguration: Sendable, Hashable {
+    public var tokens: [String: Role]
+
+    public init(tokens: [String: Role] = [:]) { self.tokens = tokens }
+
+    /// Auth is required once any view token exists; monitor tokens alone only let a session
+    /// opt into the monitor role.
+    public var required: Bool { tokens.values.contains(.view) }
+
+    public func role(for token: String) -> Role? {
+        // Compare every token in constant time per byte, so timing does not reveal prefixes.
+        var found: Role?
+        for (candidate, role) in tokens where constantTimeEquals(candidate, token) { found = role }
+        return found
+    }
+}
+
+private func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+    let lhs = Array(a.utf8)
+    let rhs = Array(b.utf8)
+    var difference = UInt8(lhs.count == rhs.count ? 0 : 1)
+    for index in 0..<max(lhs.count, rhs.count) {
+        let x = index < lhs.count ? lhs[index] : 0
+        let y = index < rhs.count ? rhs[index] : 0
+        difference |= x ^ y
+    }
+    return difference == 0
+}

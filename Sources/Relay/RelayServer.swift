@@ -1,0 +1,331 @@
+import EventStream
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import NIOWebSocket
+import ServiceLifecycle
+
+/// Where the relay listens.
+public struct ListenerConfiguration: Sendable, Hashable {
+    public struct Address: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// Parses `HOST:PORT` (`[::1]:7878` for IPv6).
+        public init?(parsing text: String) {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            var host = String(text[..<colon])
+            guard let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port), !host.isEmpty else {
+                return nil
+            }
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            self.host = host
+            self.port = port
+        }
+
+        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    }
+
+    /// NDJSON over plain TCP.
+    public var tcp: Address?
+    /// NDJSON over TLS.
+    public var tls: Address?
+    /// HTTP: the web frontend, `/events` (WebSocket), `/healthz`, `/metrics`.
+    public var http: Address?
+    /// Serve HTTP over TLS (`https://`, `wss://`) with the TLS certificate.
+    public var httpTLS: Bool = false
+
+    public init(tcp: Address? = nil, tls: Address? = nil, http: Address? = nil, httpTLS: Bool = false) {
+        self.tcp = tcp
+        self.tls = tls
+        self.http = http
+        self.httpTLS = httpTLS
+    }
+}
+
+/// The addresses actually bound (ports resolved when 0 was asked for).
+public struct BoundAddresses: Sendable {
+    public var tcp: SocketAddress?
+    public var tls: SocketAddress?
+    public var http: SocketAddress?
+}
+
+/// A listener that could not be opened: the message names the address and the reason.
+public struct ListenError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
+/// The network side of the daemon: TCP, TLS and HTTP/WebSocket listeners feeding sessions,
+/// all on one hub. Runs as a `Service`: on graceful shutdown it stops accepting, tells every
+/// client `draining`, lets in-flight requests finish, and closes.
+public final class RelayServer<Codec: EventCodec>: Service, Sendable {
+    public let hub: Hub<Codec>
+    public let settings: RelaySettings
+    private let services: RelayServices<Codec>
+    private let listeners: ListenerConfiguration
+    private let group: any EventLoopGroup
+    private let tlsContext: NIOLockedValueBox<NIOSSLContext?>
+    private let health: @Sendable () async -> HealthReport
+    private let metrics: @Sendable () async -> String
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+    private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+
+    private struct State {
+        var serverChannels: [any Channel] = []
+        var bound: BoundAddresses?
+        var started = false
+    }
+
+    public init(
+        hub: Hub<Codec>,
+        settings: RelaySettings,
+        publish: @escaping @Sendable (Codec.Event, Origin) async -> Void,
+        journal: any JournalReader,
+        listeners: ListenerConfiguration,
+        tlsContext: NIOSSLContext? = nil,
+        group: any EventLoopGroup,
+        health: @escaping @Sendable () async -> HealthReport,
+        metrics: @escaping @Sendable () async -> String = { "" },
+        logger: Logger
+    ) {
+        self.hub = hub
+        self.settings = settings
+        self.services = RelayServices(hub: hub, publish: publish, journal: journal, settings: settings, logger: logger)
+        self.listeners = listeners
+        self.group = group
+        self.tlsContext = NIOLockedValueBox(tlsContext)
+        self.health = health
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// Replaces the TLS context used for new connections; existing ones keep theirs.
+    public func replaceTLSContext(_ context: NIOSSLContext) {
+        tlsContext.withLockedValue { $0 = context }
+    }
+
+    /// Binds every configured listener. Throws `ListenError` naming the address that failed;
+    /// on failure nothing stays bound.
+    @discardableResult
+    public func start() async throws -> BoundAddresses {
+        if let bound = state.withLockedValue({ $0.bound }) { return bound }
+        var bound = BoundAddresses()
+        var channels: [any Channel] = []
+        do {
+            if let address = listeners.tcp {
+                let channel = try await bind(address, kind: "TCP") { [self] channel in
+                    try self.configureStream(channel, tls: nil)
+                }
+                channels.append(channel)
+                bound.tcp = channel.localAddress
+            }
+            if let address = listeners.tls {
+                guard tlsContext.withLockedValue({ $0 }) != nil else {
+                    throw ListenError(message: "cannot listen on \(address) for TLS: no certificate configured")
+                }
+                let channel = try await bind(address, kind: "TLS") { [self] channel in
+                    try self.configureStream(channel, tls: self.tlsContext.withLockedValue { $0 })
+                }
+                channels.append(channel)
+                bound.tls = channel.localAddress
+            }
+            if let address = listeners.http {
+                if listeners.httpTLS, tlsContext.withLockedValue({ $0 }) == nil {
+                    throw ListenError(message: "cannot serve HTTPS on \(address): no certificate configured")
+                }
+                let channel = try await bind(address, kind: "HTTP") { [self] channel in
+                    try self.configureHTTP(channel)
+                }
+                channels.append(channel)
+                bound.http = channel.localAddress
+            }
+        } catch {
+            for channel in channels { try? await channel.close() }
+            throw error
+        }
+        let result = bound
+        state.withLockedValue {
+            $0.serverChannels = channels
+            $0.bound = result
+            $0.started = true
+        }
+        for channel in channels {
+            logger.info("listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
+        }
+        return bound
+    }
+
+    private func bind(
+        _ address: ListenerConfiguration.Address,
+        kind: String,
+        _ initializer: @escaping @Sendable (any Channel) throws -> Void
+    ) async throws -> any Channel {
+        let hub = self.hub
+        let settings = self.settings
+        let children = self.children
+        let logger = self.logger
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelInitializer { channel in
+                let ip = channel.remoteAddress?.ipAddress ?? "?"
+                switch hub.admit(ip: ip, limits: settings.configuration) {
+                case .admitted:
+                    break
+                case .tooManyTotal, .tooManyFromIP:
+                    logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
+                    return channel.close()
+                }
+                let key = ObjectIdentifier(channel)
+                children.withLockedValue { $0[key] = channel }
+                channel.closeFuture.whenComplete { _ in
+                    hub.release(ip: ip)
+                    children.withLockedValue { $0[key] = nil }
+                }
+                return channel.eventLoop.makeCompletedFuture { try initializer(channel) }
+            }
+        do {
+            return try await bootstrap.bind(host: address.host, port: address.port).get()
+        } catch let error as IOError {
+            throw ListenError(message: "cannot listen on \(address) (\(kind)): \(Self.reason(error))")
+        } catch {
+            throw ListenError(message: "cannot listen on \(address) (\(kind)): \(error)")
+        }
+    }
+
+    private static func reason(_ error: IOError) -> String {
+        switch error.errnoCode {
+        case EADDRINUSE: return "address already in use"
+        case EACCES: return "permission denied"
+        case EADDRNOTAVAIL: return "address not available on this machine"
+        default: return "\(error)"
+        }
+    }
+
+    private func configureStream(_ channel: any Channel, tls: NIOSSLContext?) throws {
+        let configuration = settings.configuration
+        let sync = channel.pipeline.syncOperations
+        if let tls {
+            try sync.addHandler(NIOSSLServerHandler(context: tls))
+        }
+        try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: configuration.maxFrameBytes)))
+        try sync.addHandler(
+            SessionHandler(
+                services: services,
+                loop: channel.eventLoop,
+                transport: tls == nil ? "tcp" : "tls",
+                remoteIP: channel.remoteAddress?.ipAddress ?? "?",
+                startMode: tls == nil ? .onActive : .onTLSHandshake
+            )
+        )
+    }
+
+    private func configureHTTP(_ channel: any Channel) throws {
+        let configuration = settings.configuration
+        let sync = channel.pipeline.syncOperations
+        let secure = listeners.httpTLS
+        if secure, let tls = tlsContext.withLockedValue({ $0 }) {
+            try sync.addHandler(NIOSSLServerHandler(context: tls))
+        }
+        let services = self.services
+        let allowedOrigins = configuration.allowedOrigins
+        let upgrader = NIOWebSocketServerUpgrader(
+            maxFrameSize: configuration.webSocketHardCapBytes,
+            automaticErrorHandling: true,
+            shouldUpgrade: { channel, head in
+                let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
+                guard path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins) else {
+                    return channel.eventLoop.makeSucceededFuture(nil)
+                }
+                return channel.eventLoop.makeSucceededFuture(HTTPHeaders())
+            },
+            upgradePipelineHandler: { channel, _ in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(
+                        WebSocketTransportHandler(
+                            maxFrameBytes: configuration.maxFrameBytes,
+                            hardCap: configuration.webSocketHardCapBytes
+                        )
+                    )
+                    try sync.addHandler(
+                        SessionHandler(
+                            services: services,
+                            loop: channel.eventLoop,
+                            transport: secure ? "wss" : "ws",
+                            remoteIP: channel.remoteAddress?.ipAddress ?? "?",
+                            startMode: .immediately
+                        )
+                    )
+                }
+            }
+        )
+        let httpHandler = HTTPHandler(health: health, metrics: metrics)
+        let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
+        try sync.configureHTTPServerPipeline(
+            withServerUpgrade: (
+                upgraders: [upgrader],
+                completionHandler: { context in
+                    context.pipeline.syncOperations.removeHandler(boundHandler.value, promise: nil)
+                }
+            )
+        )
+        try sync.addHandler(httpHandler)
+    }
+
+    /// Browsers send `Origin`; other clients usually do not. Without a configured list, an
+    /// origin must name the same host the request was sent to.
+    static func originAllowed(_ headers: HTTPHeaders, allowed: [String]) -> Bool {
+        guard let origin = headers.first(name: "Origin") else { return true }
+        if allowed.contains("*") || allowed.contains(origin) { return true }
+        guard allowed.isEmpty, let host = headers.first(name: "Host") else { return false }
+        let originHost = origin.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init)
+        return originHost?.lowercased() == host.lowercased()
+    }
+
+    // MARK: Service
+
+    public func run() async throws {
+        try await start()
+        await (try? gracefulShutdown())
+        await drain()
+    }
+
+    /// Stops accepting, tells clients `draining`, waits (bounded) for in-flight requests, then
+    /// closes every connection.
+    public func drain() async {
+        let channels = state.withLockedValue { state in
+            defer { state.serverChannels = [] }
+            return state.serverChannels
+        }
+        for channel in channels { try? await channel.close() }
+        let configuration = settings.configuration
+        let base = configuration.drainReconnectAfterMs
+        await hub.forEachSession { session in
+            session.sendDraining(reconnectAfterMs: base + Int.random(in: 0...max(1, base / 2)))
+        }
+        let deadline = NIODeadline.now() + .milliseconds(Int64(configuration.drainTimeoutMs))
+        while NIODeadline.now() < deadline {
+            let busy = NIOLockedValueBox(false)
+            await hub.forEachSession { session in
+                if !session.isIdle { busy.withLockedValue { $0 = true } }
+            }
+            if !busy.withLockedValue({ $0 }) { break }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let open = children.withLockedValue { Array($0.values) }
+        for channel in open { try? await channel.close() }
+        logger.info("relay drained")
+    }
+}

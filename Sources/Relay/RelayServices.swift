@@ -1,0 +1,28 @@
+import EventStream
+import Logging
+import NIOConcurrencyHelpers
+
+/// Settings that a reload may replace while the daemon runs.
+public final class RelaySettings: Sendable {
+    private let box: NIOLockedValueBox<(RelayConfiguration, AuthConfiguration)>
+
+    public init(configuration: RelayConfiguration, auth: AuthConfiguration) {
+        box = NIOLockedValueBox((configuration, auth))
+    }
+
+    public var configuration: RelayConfiguration { box.withLockedValue { $0.0 } }
+    public var auth: AuthConfiguration { box.withLockedValue { $0.1 } }
+
+    public func update(configuration: RelayConfiguration, auth: AuthConfiguration) {
+        box.withLockedValue { $0 = (configuration, auth) }
+    }
+}
+
+/// What every session of a relay shares.
+struct RelayServices<Codec: EventCodec>: Sendable {
+    let hub: Hub<Codec>
+    let publish: @Sendable (Codec.Event, Origin) async -> Void
+    let journal: any JournalReader
+    let settings: RelaySettings
+    let logger: Logger
+}

@@ -1,0 +1,567 @@
+import EventStream
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import NIOTLS
+
+/// One client connection, on any transport: parses its frames, keeps its subscriptions and
+/// role, runs its requests one at a time (in order), and owns its bounded outbound queue.
+///
+/// Everything here runs on the connection's event loop. Requests go to the bus in a task; the
+/// session reads ahead at most `maxPipelinedFrames` frames meanwhile, then stops reading.
+final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
+    typealias InboundIn = FrameEvent
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    enum StartMode {
+        /// Plain TCP: greet when the connection becomes active.
+        case onActive
+        /// TLS: greet once the handshake completes.
+        case onTLSHandshake
+        /// Added to an already open connection (after a WebSocket upgrade).
+        case immediately
+    }
+
+    let id: SessionID
+    let uuid = UUID().uuidString.lowercased()
+    let loop: any EventLoop
+    let transport: String
+    private let services: RelayServices<Codec>
+    private let startMode: StartMode
+    private let remoteIP: String
+    private let catalog: EventCatalog
+    private var logger: Logger
+
+    private var context: ChannelHandlerContext?
+    private var started = false
+    private var registered = false
+    private var role: Role = .view
+    private var authenticated = false
+    private var badTokens = 0
+    private var patterns: [TypePattern] = ["Response*"].compactMap(TypePattern.init)
+    private var types = TypeSet()
+    private var inbound = CircularBuffer<FrameEvent>()
+    private var busy = false
+    private var readHeld = false
+    private var bucket: TokenBucket
+    private var closing = false
+    /// Live output held back while a resume replays the journal (nil when not resuming).
+    private var heldLive: [ByteBuffer]?
+    private var heldLiveBytes = 0
+    private var helloSeq: UInt64 = 0
+    private var needsFlush = false
+    private var fanOutPending = false
+    private var framesSinceEmpty = 0
+    private var idleTimer: Scheduled<Void>?
+
+    init(
+        services: RelayServices<Codec>,
+        loop: any EventLoop,
+        transport: String,
+        remoteIP: String,
+        startMode: StartMode
+    ) {
+        self.services = services
+        self.id = services.hub.makeSessionID()
+        self.loop = loop
+        self.transport = transport
+        self.remoteIP = remoteIP
+        self.startMode = startMode
+        self.catalog = services.hub.codec.catalog
+        let configuration = services.settings.configuration
+        self.bucket = TokenBucket(burst: configuration.rateLimitBurst)
+        var logger = services.logger
+        logger[metadataKey: "connection.id"] = "\(id)"
+        logger[metadataKey: "transport"] = "\(transport)"
+        self.logger = logger
+    }
+
+    private var configuration: RelayConfiguration { services.settings.configuration }
+
+    // MARK: Lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if startMode == .immediately, context.channel.isActive { start() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if startMode == .onActive { start() }
+        context.fireChannelActive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if startMode == .onTLSHandshake, let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
+            start()
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stop()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        stop()
+        self.context = nil
+    }
+
+    private func start() {
+        guard !started else { return }
+        started = true
+        helloSeq = services.hub.register(self)
+        registered = true
+        let auth = services.settings.auth
+        authenticated = !auth.required
+        if authenticated { applySubscriptions(patterns, role: .view) }
+        logger.debug("session started")
+        let hello = OutboundFrame.op("hello", correlation: nil) { writer in
+            writer.field("protocol", 1)
+            writer.field("server", configuration.serverName)
+            writer.field("session", uuid)
+            writer.field("epoch", services.hub.epoch)
+            writer.field("seq", helloSeq)
+            writer.field("auth", auth.required ? "required" : "none")
+            OutboundFrame.stringArray(&writer, "subscriptions", patterns.map(\.text))
+        }
+        write(hello)
+        flush()
+        if auth.required {
+            let seconds = configuration.unauthenticatedIdleSeconds
+            let bound = NIOLoopBound(self, eventLoop: loop)
+            idleTimer = loop.scheduleTask(in: .seconds(Int64(seconds))) {
+                let session = bound.value
+                guard !session.authenticated else { return }
+                session.closeAfter(
+                    OutboundFrame.error(.unauthorized, "No valid token within \(seconds) seconds; closing.", correlation: nil)
+                )
+            }
+        }
+        // Frames that arrived before the greeting (during a TLS handshake) wait until now.
+        drain()
+    }
+
+    private func stop() {
+        idleTimer?.cancel()
+        idleTimer = nil
+        guard registered else { return }
+        registered = false
+        if role == .monitor {
+            services.hub.updateSubscriptions(self, from: types, to: TypeSet(), monitor: true, isMonitor: false)
+        }
+        services.hub.unregister(self)
+        logger.debug("session ended")
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
+        inbound.append(unwrapInboundIn(data))
+        if started { drain() }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if inbound.count >= configuration.maxPipelinedFrames {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    /// Handles queued frames until one needs the bus (or a resume) to finish.
+    private func drain() {
+        while !busy, !closing, let next = inbound.popFirst() {
+            handle(next)
+        }
+        flush()
+        if readHeld, inbound.count < configuration.maxPipelinedFrames, let context {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    private func handle(_ event: FrameEvent) {
+        switch event {
+        case .tooLarge:
+            sendError(.frameTooLarge, "The frame is larger than \(configuration.maxFrameBytes) bytes; it was dropped.", nil)
+        case .binary:
+            sendError(.unsupportedFrame, "Binary messages are not supported; send JSON as text messages.", nil)
+        case .frame(let buffer):
+            handle(frame: Array(buffer.readableBytesView))
+        }
+    }
+
+    private func handle(frame bytes: [UInt8]) {
+        guard let frame = ClientFrame.parse(bytes) else {
+            sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
+            return
+        }
+        if case .invalid = frame.id {
+            sendError(.invalidFrame, "id must be a string of 1 to 64 characters or an integer.", nil)
+            return
+        }
+        let re = frame.id.value
+        let limits = configuration
+        guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else {
+            sendError(.rateLimited, "Too many frames; at most \(Int(limits.rateLimitPerSecond)) a second.", re)
+            return
+        }
+        switch (frame.type, frame.op) {
+        case (.value(let type), .absent):
+            guard authenticated else { return refuseUnauthenticated(re) }
+            publish(type: type, bytes: bytes, re: re)
+        case (.absent, .value(let op)):
+            guard authenticated || op == "ping" || op == "auth" else { return refuseUnauthenticated(re) }
+            control(op: op, frame: frame, re: re)
+        case (.absent, .absent), (.value, .value), (.value, .invalid), (.invalid, .value), (.invalid, .invalid):
+            sendError(.invalidFrame, "A frame needs exactly one of type (a string) or op (a string).", re)
+        case (.invalid, .absent):
+            sendError(.invalidFrame, "type must be a string.", re)
+        case (.absent, .invalid):
+            sendError(.invalidFrame, "op must be a string.", re)
+        }
+    }
+
+    private func refuseUnauthenticated(_ re: CorrelationID?) {
+        sendError(.unauthorized, "Authenticate first: {\"op\":\"auth\",\"token\":\"…\"}.", re)
+    }
+
+    // MARK: Publishing
+
+    private func publish(type name: String, bytes: [UInt8], re: CorrelationID?) {
+        guard let descriptor = catalog[name] else {
+            sendError(.unknownType, "Unknown event type \(name).", re)
+            return
+        }
+        guard role == .view else {
+            sendError(.notPermitted, "A monitor session may not publish events.", re)
+            return
+        }
+        guard descriptor.isPublishableByView else {
+            sendError(.notPermitted, "\(name) cannot be published by a client; only view requests can.", re)
+            return
+        }
+        let event: Codec.Event
+        do {
+            event = try services.hub.codec.decodeRequest(named: name, frame: bytes)
+        } catch {
+            sendError(.invalidPayload, error.message, re)
+            return
+        }
+        busy = true
+        flush()
+        let origin = Origin(session: id, correlation: re)
+        let publish = services.publish
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        let loop = self.loop
+        Task {
+            await publish(event, origin)
+            loop.execute { bound.value.requestFinished() }
+        }
+    }
+
+    private func requestFinished() {
+        busy = false
+        drain()
+    }
+
+    // MARK: Control operations
+
+    private func control(op: String, frame: ClientFrame, re: CorrelationID?) {
+        switch op {
+        case "ping":
+            write(OutboundFrame.op("pong", correlation: re))
+        case "subscribe", "unsubscribe":
+            changeSubscriptions(subscribe: op == "subscribe", frame: frame, re: re)
+        case "auth":
+            authenticate(frame: frame, re: re)
+        case "resume":
+            guard case .value(let epoch) = frame.epoch, case .value(let after) = frame.after else {
+                sendError(.invalidFrame, "resume needs epoch (a string) and after (a non-negative integer).", re)
+                return
+            }
+            resume(epoch: epoch, after: after, re: re)
+        default:
+            sendError(.unknownOp, "Unknown op \(op).", re)
+        }
+    }
+
+    private func changeSubscriptions(subscribe: Bool, frame: ClientFrame, re: CorrelationID?) {
+        let verb = subscribe ? "subscribe" : "unsubscribe"
+        guard case .value(let names) = frame.types else {
+            sendError(.invalidFrame, "\(verb) needs types: a list of event type names or patterns ending in *.", re)
+            return
+        }
+        var requested: [TypePattern] = []
+        for name in names {
+            guard let pattern = TypePattern(name) else {
+                sendError(.invalidFrame, "\"\(name.prefix(80))\" is not an event type name or a pattern ending in *.", re)
+                return
+            }
+            switch catalog.resolve(pattern, for: role) {
+            case .unknown:
+                sendError(.unknownType, "No event type matches \(pattern).", re)
+                return
+            case .notPermitted where subscribe:
+                sendError(.notPermitted, "\(pattern) is not delivered to \(role.rawValue) clients.", re)
+                return
+            case .notPermitted, .types:
+                if !requested.contains(pattern) { requested.append(pattern) }
+            }
+        }
+        var next = patterns
+        if subscribe {
+            for pattern in requested where !next.contains(pattern) { next.append(pattern) }
+            if next.count > configuration.maxSubscriptions {
+                sendError(.notPermitted, "At most \(configuration.maxSubscriptions) subscriptions per session.", re)
+                return
+            }
+        } else {
+            next.removeAll { requested.contains($0) }
+        }
+        applySubscriptions(next, role: role)
+        write(OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
+            OutboundFrame.stringArray(&writer, "types", next.map(\.text))
+        })
+    }
+
+    private func applySubscriptions(_ next: [TypePattern], role nextRole: Role) {
+        let resolved = catalog.resolveAll(next, for: nextRole)
+        services.hub.updateSubscriptions(
+            self,
+            from: types,
+            to: resolved,
+            monitor: role == .monitor && registered,
+            isMonitor: nextRole == .monitor
+        )
+        patterns = next
+        types = resolved
+        role = nextRole
+    }
+
+    private func authenticate(frame: ClientFrame, re: CorrelationID?) {
+        guard case .value(let token) = frame.token else {
+            sendError(.invalidFrame, "auth needs token (a string).", re)
+            return
+        }
+        let auth = services.settings.auth
+        guard let granted = auth.role(for: token), auth.required || granted == .monitor else {
+            badTokens += 1
+            if badTokens >= 3 {
+                closeAfter(OutboundFrame.error(.unauthorized, "The token is not valid. Too many bad tokens; closing.", correlation: re))
+            } else {
+                sendError(.unauthorized, "The token is not valid.", re)
+            }
+            return
+        }
+        authenticated = true
+        idleTimer?.cancel()
+        idleTimer = nil
+        applySubscriptions(patterns, role: granted)
+        write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", granted.rawValue) })
+    }
+
+    // MARK: Resume
+
+    private func resume(epoch: String, after: UInt64, re: CorrelationID?) {
+        busy = true
+        heldLive = []
+        heldLiveBytes = 0
+        flush()
+        let current = services.hub.shard(for: loop)?.lastSeq ?? helloSeq
+        let replayThrough = min(helloSeq, current)
+        let journal = services.journal
+        let pageSize = UInt64(max(1, configuration.resumePageSize))
+        let types = self.types
+        let catalog = self.catalog
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        let loop = self.loop
+        let currentEpoch = services.hub.epoch
+        Task {
+            do {
+                let position = try await journal.position()
+                let needsJournal = after < replayThrough
+                guard epoch == position.epoch, epoch == currentEpoch, after <= current,
+                    !needsJournal || after + 1 >= position.oldest
+                else {
+                    loop.execute { bound.value.finishResume(.gap(current: current), re: re) }
+                    return
+                }
+                var cursor = after
+                while cursor < replayThrough {
+                    let upper = min(replayThrough, cursor + pageSize)
+                    let entries = try await journal.entries(after: cursor, through: upper)
+                    guard entries.first?.seq == cursor + 1, entries.last?.seq == upper else {
+                        // Pruned while reading.
+                        loop.execute { bound.value.finishResume(.gap(current: current), re: re) }
+                        return
+                    }
+                    let frames: [ByteBuffer] = entries.compactMap { entry in
+                        guard let index = catalog.index(of: entry.type), types.contains(index) else { return nil }
+                        return OutboundFrame.event(seq: entry.seq, type: entry.type, correlation: nil, body: .payload(entry.payload))
+                    }
+                    let stillOpen = try await loop.submit { bound.value.writeReplayed(frames) }.get()
+                    guard stillOpen else { return }
+                    cursor = upper
+                }
+                loop.execute { bound.value.finishResume(.resumed(from: after + 1, to: max(after, current)), re: re) }
+            } catch {
+                loop.execute { bound.value.finishResume(.failed, re: re) }
+            }
+        }
+    }
+
+    private enum ResumeOutcome {
+        case resumed(from: UInt64, to: UInt64)
+        case gap(current: UInt64)
+        case failed
+    }
+
+    /// Writes a page of replayed broadcasts; false once the session is closing.
+    private func writeReplayed(_ frames: [ByteBuffer]) -> Bool {
+        guard !closing else { return false }
+        for frame in frames { write(frame) }
+        flush()
+        return !closing
+    }
+
+    private func finishResume(_ outcome: ResumeOutcome, re: CorrelationID?) {
+        switch outcome {
+        case .resumed(let from, let to):
+            write(OutboundFrame.op("resumed", correlation: re) { writer in
+                writer.field("from", from)
+                writer.field("to", to)
+            })
+        case .gap(let current):
+            write(OutboundFrame.op("gap", correlation: re) { writer in
+                writer.field("epoch", services.hub.epoch)
+                writer.field("seq", current)
+            })
+        case .failed:
+            sendError(.unavailable, "The journal cannot be read right now; try again.", re)
+        }
+        let held = heldLive ?? []
+        heldLive = nil
+        heldLiveBytes = 0
+        for frame in held { write(frame) }
+        busy = false
+        drain()
+    }
+
+    // MARK: Outbound (called by the hub on this loop)
+
+    /// Queues a broadcast; returns true when the caller should call `flushBroadcasts` later.
+    func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
+        guard !closing else { return false }
+        if hold(frame) { return false }
+        write(frame)
+        if fanOutPending { return false }
+        fanOutPending = true
+        return true
+    }
+
+    func flushBroadcasts() {
+        fanOutPending = false
+        flush()
+    }
+
+    func deliverReply(_ frame: ByteBuffer) {
+        deliverControl(frame)
+    }
+
+    func deliverControl(_ frame: ByteBuffer) {
+        guard !closing else { return }
+        if hold(frame) { return }
+        write(frame)
+        if !busy || heldLive == nil { flush() }
+    }
+
+    /// While resuming, live output waits; returns true when it was held.
+    private func hold(_ frame: ByteBuffer) -> Bool {
+        guard heldLive != nil else { return false }
+        heldLive?.append(frame)
+        heldLiveBytes += frame.readableBytes
+        if heldLiveBytes > configuration.maxQueueBytes || (heldLive?.count ?? 0) > configuration.maxQueueFrames {
+            slowConsumer()
+        }
+        return true
+    }
+
+    private func sendError(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) {
+        write(OutboundFrame.error(code, message, correlation: re))
+    }
+
+    private func write(_ buffer: ByteBuffer) {
+        guard let context, !closing else { return }
+        context.write(wrapOutboundOut(buffer), promise: nil)
+        needsFlush = true
+        framesSinceEmpty += 1
+    }
+
+    private func flush() {
+        guard needsFlush, let context else { return }
+        needsFlush = false
+        context.flush()
+        checkQueue(context)
+    }
+
+    private func checkQueue(_ context: ChannelHandlerContext) {
+        let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+        if buffered == 0 {
+            framesSinceEmpty = 0
+            return
+        }
+        let limits = configuration
+        if buffered > limits.maxQueueBytes || framesSinceEmpty > limits.maxQueueFrames {
+            slowConsumer()
+        }
+    }
+
+    /// Over the outbound bound: say so, then close. Others are never held up by this client.
+    private func slowConsumer() {
+        guard !closing, let context else { return }
+        logger.info("closing slow consumer")
+        closing = true
+        let frame = OutboundFrame.error(
+            .slowConsumer,
+            "You are not reading fast enough; closing. Reconnect and resume to catch up.",
+            correlation: nil
+        )
+        let promise = loop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
+        let channel = context.channel
+        let timeout = loop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
+        promise.futureResult.whenComplete { _ in
+            timeout.cancel()
+            channel.close(promise: nil)
+        }
+    }
+
+    /// Sends a last frame, then closes.
+    private func closeAfter(_ frame: ByteBuffer) {
+        guard let context, !closing else { return }
+        closing = true
+        let channel = context.channel
+        let promise = loop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
+        promise.futureResult.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// Sends `draining` (called at shutdown).
+    func sendDraining(reconnectAfterMs: Int) {
+        deliverControl(OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) })
+        flush()
+    }
+
+    /// Whether the session has nothing left to do (for graceful shutdown).
+    var isIdle: Bool { !busy && inbound.isEmpty }
+}

@@ -1,0 +1,141 @@
+import NIOCore
+import NIOWebSocket
+
+/// Carries session frames over RFC 6455: one JSON object per text message.
+///
+/// Reassembles fragmented messages up to the hard cap (close 1009 beyond it), reports
+/// messages over `max_frame_bytes` as `.tooLarge` without keeping them, answers pings, runs the
+/// close handshake, and closes with 1002 on protocol violations (unmasked client frames,
+/// reserved bits, bad continuation, bad control frames) and 1007 on invalid UTF-8.
+final class WebSocketTransportHandler: ChannelDuplexHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = FrameEvent
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = WebSocketFrame
+
+    private let maxFrameBytes: Int
+    private let hardCap: Int
+    private var message: ByteBuffer?
+    private var messageOpcode: WebSocketOpcode = .text
+    private var messageBytes = 0
+    private var messageOversized = false
+    private var closeSent = false
+
+    init(maxFrameBytes: Int, hardCap: Int) {
+        self.maxFrameBytes = maxFrameBytes
+        self.hardCap = hardCap
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        guard !closeSent else { return }
+        guard frame.maskKey != nil else { return fail(context, .protocolError) }
+        guard !frame.rsv1, !frame.rsv2, !frame.rsv3 else { return fail(context, .protocolError) }
+        switch frame.opcode {
+        case .ping:
+            guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .pong:
+            guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
+        case .connectionClose:
+            receivedClose(context, frame)
+        case .text, .binary:
+            guard message == nil else { return fail(context, .protocolError) }
+            messageOpcode = frame.opcode
+            messageBytes = 0
+            messageOversized = false
+            message = context.channel.allocator.buffer(capacity: frame.length)
+            append(context, frame)
+        case .continuation:
+            guard message != nil else { return fail(context, .protocolError) }
+            append(context, frame)
+        default:
+            fail(context, .protocolError)
+        }
+    }
+
+    private func append(_ context: ChannelHandlerContext, _ frame: WebSocketFrame) {
+        messageBytes += frame.length
+        if messageBytes > hardCap { return fail(context, .messageTooLarge) }
+        if messageBytes > maxFrameBytes {
+            // Keep counting toward the hard cap, but keep none of it.
+            messageOversized = true
+            message?.clear()
+        } else {
+            var data = frame.unmaskedData
+            message?.writeBuffer(&data)
+        }
+        guard frame.fin, let complete = message else { return }
+        message = nil
+        if messageOpcode == .binary {
+            context.fireChannelRead(wrapInboundOut(.binary))
+        } else if messageOversized {
+            context.fireChannelRead(wrapInboundOut(.tooLarge))
+        } else if String(validating: complete.readableBytesView, as: UTF8.self) == nil {
+            fail(context, .dataInconsistentWithMessage)
+        } else {
+            context.fireChannelRead(wrapInboundOut(.frame(complete)))
+        }
+    }
+
+    private func receivedClose(_ context: ChannelHandlerContext, _ frame: WebSocketFrame) {
+        guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
+        var data = frame.unmaskedData
+        var code = WebSocketErrorCode.normalClosure
+        if data.readableBytes == 1 { return fail(context, .protocolError) }
+        if let raw = data.readInteger(as: UInt16.self) {
+            guard Self.isValidCloseCode(raw) else { return fail(context, .protocolError) }
+            guard String(validating: data.readableBytesView, as: UTF8.self) != nil else {
+                return fail(context, .protocolError)
+            }
+            code = WebSocketErrorCode(codeNumber: Int(raw))
+        }
+        close(context, code)
+    }
+
+    static func isValidCloseCode(_ code: UInt16) -> Bool {
+        switch code {
+        case 1000...1003, 1007...1011, 3000...4999: return true
+        default: return false
+        }
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode) {
+        message = nil
+        close(context, code)
+    }
+
+    /// Sends a close frame (once), then closes the connection.
+    private func close(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode) {
+        guard !closeSent else { return }
+        closeSent = true
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.write(webSocketErrorCode: code)
+        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard !closeSent else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        var buffer = unwrapOutboundIn(data)
+        if buffer.readableBytesView.last == UInt8(ascii: "\n") {
+            buffer.moveWriterIndex(to: buffer.writerIndex - 1)
+        }
+        context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: buffer)), promise: promise)
+    }
+
+    /// A close from the daemon (shutdown, slow consumer) goes out as a close frame first.
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode == .all, !closeSent, context.channel.isActive {
+            closeSent = true
+            var data = context.channel.allocator.buffer(capacity: 2)
+            data.write(webSocketErrorCode: .goingAway)
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: nil)
+        }
+        context.close(mode: mode, promise: promise)
+    }
+}

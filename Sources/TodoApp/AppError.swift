@@ -1,0 +1,40 @@
+/// An error the app's servers answer with, carried in the response's `error` field.
+///
+/// Its message is for people; it never holds paths, SQL or stack traces.
+public struct AppError: Error, Sendable, Hashable {
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        public let rawValue: String
+        private init(_ rawValue: String) { self.rawValue = rawValue }
+
+        public static let validationFailed = Code("validation_failed")
+        public static let notFound = Code("not_found")
+        public static let conflict = Code("conflict")
+        public static let unavailable = Code("unavailable")
+
+        public var description: String { rawValue }
+    }
+
+    public let code: Code
+    public let message: String
+    public let field: String?
+    /// For `conflict`: the stored todo as it is now.
+    public let current: TodoViewModel?
+
+    public init(code: Code, message: String, field: String? = nil, current: TodoViewModel? = nil) {
+        self.code = code
+        self.message = message
+        self.field = field
+        self.current = current
+    }
+
+    public static func notFound(_ id: UUIDString) -> AppError {
+        AppError(code: .notFound, message: "No todo with id \(id).", field: "todo.id")
+    }
+
+    public static let unavailable = AppError(
+        code: .unavailable,
+        message: "Storage is unavailable right now; nothing was changed. Try again."
+    )
+}
+
+public typealias UUIDString = String

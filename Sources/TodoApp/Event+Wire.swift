@@ -1,0 +1,291 @@
+import EventStream
+import Foundation
+
+/// The wire (JSON) form of the app's events: decoding what views publish, encoding what the
+/// daemon sends.
+public struct TodoWireCodec: EventCodec {
+    public typealias Event = TodoApp.Event
+
+    public init() {}
+
+    public var catalog: EventCatalog { Event.catalog }
+
+    public func decodeRequest(named name: String, frame: [UInt8]) throws(PayloadError) -> Event {
+        guard let kind = Event.Kind(rawValue: name) else {
+            throw PayloadError(message: "Unknown event type \(name).")
+        }
+        switch kind {
+        case .requestTodoViewModels: return .requestTodoViewModels
+        case .requestNewTodoDetailViewModel: return .requestNewTodoDetailViewModel
+        case .requestToggleCompleteTodoViewModel:
+            return .requestToggleCompleteTodoViewModel(try reference(in: frame))
+        case .requestDeleteTodoViewModel:
+            return .requestDeleteTodoViewModel(try reference(in: frame))
+        case .requestTodoDetailViewModel:
+            return .requestTodoDetailViewModel(try reference(in: frame))
+        case .requestUpdateDetailViewModel:
+            let payload = try decode(DetailPayload.self, from: frame)
+            let todo = try payload.todo.reference(path: "payload.todo")
+            var priority: TodoPriority?
+            if let raw = payload.priority {
+                guard let value = TodoPriority(rawValue: raw.lowercased()) else {
+                    throw PayloadError(message: "payload.priority must be \"high\" or \"normal\".")
+                }
+                priority = value
+            }
+            let edit = TodoEdit(
+                title: payload.title,
+                subtitle: payload.subtitle,
+                priority: priority,
+                completed: payload.completed,
+                deleted: payload.deleted
+            )
+            return .requestUpdateDetailViewModel(TodoDetailInput(todo: todo, edit: edit))
+        default:
+            throw PayloadError(message: "\(name) cannot be published.")
+        }
+    }
+
+    public func encodeBody(_ event: Event) -> EncodedBody {
+        var writer = JSONWriter()
+        switch event {
+        case .requestTodoViewModels, .requestNewTodoDetailViewModel:
+            writer.beginObject()
+            writer.endObject()
+        case .requestToggleCompleteTodoViewModel(let reference), .requestDeleteTodoViewModel(let reference),
+            .requestTodoDetailViewModel(let reference):
+            writer.beginObject()
+            writer.key("todo")
+            writer.write(reference)
+            writer.endObject()
+        case .requestUpdateDetailViewModel(let input):
+            writer.beginObject()
+            writer.key("todo")
+            writer.write(input.todo)
+            writer.write(input.edit)
+            writer.endObject()
+        case .responseTodoViewModels(let result):
+            return body(result) { writer, viewModels in
+                writer.beginArray()
+                for viewModel in viewModels { writer.write(viewModel) }
+                writer.endArray()
+            }
+        case .responseTodoViewModel(let result):
+            return body(result) { $0.write($1) }
+        case .responseTodoDetailViewModel(let result), .responseUpdateDetailViewModel(let result):
+            return body(result) { $0.write($1) }
+        case .requestReadTodos(let read):
+            writer.write(read)
+        case .responseTodos(_, let result):
+            return body(result) { writer, todos in
+                writer.beginArray()
+                for todo in todos { writer.write(todo) }
+                writer.endArray()
+            }
+        case .requestWriteTodo(let write):
+            writer.write(write)
+        case .responseTodo(_, let result):
+            return body(result) { writer, saved in writer.write(saved.todo) }
+        }
+        return .payload(writer.bytes)
+    }
+
+    private func body<T>(_ result: Result<T, AppError>, _ encode: (inout JSONWriter, T) -> Void) -> EncodedBody {
+        var writer = JSONWriter()
+        switch result {
+        case .success(let value):
+            encode(&writer, value)
+            return .payload(writer.bytes)
+        case .failure(let error):
+            writer.write(error)
+            return .error(writer.bytes)
+        }
+    }
+
+    /// The journal record of the broadcast a committed todo causes. Byte for byte what
+    /// `encodeBody` writes for its `ResponseTodoViewModel`.
+    public static func broadcastRecord(for todo: Todo) -> (type: String, payload: [UInt8]) {
+        var writer = JSONWriter()
+        writer.write(TodoViewModel(todo: todo))
+        return (Event.Kind.responseTodoViewModel.rawValue, writer.bytes)
+    }
+
+    private func reference(in frame: [UInt8]) throws(PayloadError) -> TodoReference {
+        try decode(ViewModelPayload.self, from: frame).todo.reference(path: "payload.todo")
+    }
+
+    private func decode<P: Decodable>(_ type: P.Type, from frame: [UInt8]) throws(PayloadError) -> P {
+        do {
+            return try JSONDecoder().decode(PayloadFrame<P>.self, from: Data(frame)).payload
+        } catch let error as DecodingError {
+            throw PayloadError(message: Self.describe(error))
+        } catch {
+            throw PayloadError(message: "payload does not decode.")
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ codingPath: [any CodingKey], _ last: (any CodingKey)? = nil) -> String {
+            var keys = codingPath
+            if let last { keys.append(last) }
+            var text = ""
+            for key in keys {
+                if let index = key.intValue, key.stringValue.hasPrefix("Index") || key.stringValue == "\(index)" {
+                    text += "[\(index)]"
+                } else {
+                    text += text.isEmpty ? key.stringValue : ".\(key.stringValue)"
+                }
+            }
+            return text.isEmpty ? "payload" : text
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "\(path(context.codingPath, key)) is missing."
+        case .typeMismatch(let type, let context):
+            return "\(path(context.codingPath)) must be \(describe(type))."
+        case .valueNotFound(let type, let context):
+            return "\(path(context.codingPath)) must be \(describe(type)), not null."
+        case .dataCorrupted(let context):
+            return "\(path(context.codingPath)) is not valid."
+        @unknown default:
+            return "payload does not decode."
+        }
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Int.Type: return "an integer"
+        case is Bool.Type: return "true or false"
+        default: return "an object"
+        }
+    }
+}
+
+private struct PayloadFrame<P: Decodable>: Decodable {
+    let payload: P
+}
+
+private struct ReferencePayload: Decodable {
+    let id: String
+    let version: Int?
+
+    func reference(path: String) throws(PayloadError) -> TodoReference {
+        guard let uuid = UUID(uuidString: id) else {
+            throw PayloadError(message: "\(path).id must be a UUID string.")
+        }
+        if let version, version < 0 {
+            throw PayloadError(message: "\(path).version must not be negative.")
+        }
+        return TodoReference(id: uuid, version: version)
+    }
+}
+
+private struct ViewModelPayload: Decodable {
+    let todo: ReferencePayload
+}
+
+private struct DetailPayload: Decodable {
+    let todo: ReferencePayload
+    let title: String?
+    let subtitle: String?
+    let priority: String?
+    let completed: Bool?
+    let deleted: Bool?
+}
+
+extension JSONWriter {
+    mutating func write(_ todo: Todo) {
+        beginObject()
+        field("id", todo.id.uuidString.lowercased())
+        field("createdAt", todo.createdAt.rfc3339)
+        field("title", todo.title)
+        field("subtitle", todo.subtitle)
+        field("priority", todo.priority.rawValue)
+        key("completedAt")
+        if let completedAt = todo.completedAt { string(completedAt.rfc3339) } else { null() }
+        field("deleted", todo.deleted)
+        field("version", todo.version)
+        endObject()
+    }
+
+    mutating func write(_ viewModel: TodoViewModel) {
+        beginObject()
+        key("todo")
+        write(viewModel.todo)
+        field("title", viewModel.title)
+        field("subtitle", viewModel.subtitle)
+        field("complete", viewModel.complete)
+        field("deleted", viewModel.deleted)
+        field("completeActionTitle", viewModel.completeActionTitle)
+        endObject()
+    }
+
+    mutating func write(_ detail: TodoDetailViewModel) {
+        beginObject()
+        key("todo")
+        write(detail.todo)
+        field("title", detail.title)
+        field("subtitle", detail.subtitle)
+        field("priority", detail.priority.rawValue)
+        field("completed", detail.completed)
+        field("deleted", detail.deleted)
+        field("completedString", detail.completedString)
+        field("priorityString", detail.priorityString)
+        field("deletedString", detail.deletedString)
+        endObject()
+    }
+
+    mutating func write(_ error: AppError) {
+        beginObject()
+        field("code", error.code.rawValue)
+        field("message", error.message)
+        if let field = error.field { self.field("field", field) }
+        if let current = error.current {
+            key("current")
+            write(current)
+        }
+        endObject()
+    }
+
+    mutating func write(_ reference: TodoReference) {
+        beginObject()
+        field("id", reference.id.uuidString.lowercased())
+        if let version = reference.version { field("version", version) }
+        endObject()
+    }
+
+    /// The edit's fields, inside an object already begun.
+    mutating func write(_ edit: TodoEdit) {
+        if let title = edit.title { field("title", title) }
+        if let subtitle = edit.subtitle { field("subtitle", subtitle) }
+        if let priority = edit.priority { field("priority", priority.rawValue) }
+        if let completed = edit.completed { field("completed", completed) }
+        if let deleted = edit.deleted { field("deleted", deleted) }
+    }
+
+    mutating func write(_ read: ReadTodos) {
+        beginObject()
+        key("id")
+        if let id = read.id { string(id.uuidString.lowercased()) } else { null() }
+        field("purpose", read.purpose == .list ? "list" : "detail")
+        endObject()
+    }
+
+    mutating func write(_ write: TodoWrite) {
+        beginObject()
+        key("todo")
+        self.write(TodoReference(id: write.id, version: write.expectedVersion))
+        switch write.change {
+        case .toggleComplete: field("change", "toggleComplete")
+        case .delete: field("change", "delete")
+        case .update(let edit):
+            field("change", "update")
+            key("edit")
+            beginObject()
+            self.write(edit)
+            endObject()
+        }
+        endObject()
+    }
+}

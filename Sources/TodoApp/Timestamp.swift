@@ -1,0 +1,48 @@
+/// A point in time with millisecond precision, written as RFC 3339 in UTC
+/// (`2026-11-21T19:06:04.123Z`).
+public struct Timestamp: Sendable, Hashable, Comparable {
+    public let millisecondsSince1970: Int64
+
+    public init(millisecondsSince1970: Int64) { self.millisecondsSince1970 = millisecondsSince1970 }
+
+    public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool {
+        lhs.millisecondsSince1970 < rhs.millisecondsSince1970
+    }
+
+    /// RFC 3339, UTC, milliseconds.
+    public var rfc3339: String {
+        let ms = millisecondsSince1970
+        let days = floorDiv(ms, 86_400_000)
+        let msOfDay = ms - days * 86_400_000
+        let (year, month, day) = Self.civil(fromDays: days)
+        let hour = msOfDay / 3_600_000
+        let minute = (msOfDay / 60_000) % 60
+        let second = (msOfDay / 1000) % 60
+        let milli = msOfDay % 1000
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
+    }
+
+    /// Howard Hinnant's days-to-civil algorithm.
+    static func civil(fromDays z0: Int64) -> (Int64, Int64, Int64) {
+        let z = z0 + 719_468
+        let era = floorDiv(z, 146_097)
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+}
+
+private func floorDiv(_ a: Int64, _ b: Int64) -> Int64 {
+    let q = a / b
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q
+}
+
+private func pad(_ value: Int64, _ width: Int) -> String {
+    let text = String(value)
+    return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+}

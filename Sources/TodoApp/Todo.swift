@@ -1,0 +1,82 @@
+import Foundation
+
+public enum TodoPriority: String, Sendable, Hashable, CaseIterable {
+    case high
+    case normal
+
+    /// The seed's display string: `HIGH`, `NORMAL`.
+    public var displayString: String { rawValue.uppercased() }
+}
+
+/// The seed's model object, plus a version for optimistic concurrency.
+///
+/// Equality compares every field, `deleted` included (the seed forgot it).
+public struct Todo: Sendable, Hashable {
+    public var id: UUID
+    public var createdAt: Timestamp
+    public var title: String
+    public var subtitle: String
+    public var priority: TodoPriority
+    public var completedAt: Timestamp?
+    public var deleted: Bool
+    /// 0 for a todo never saved; rises by 1 with every save.
+    public var version: Int
+
+    public init(
+        id: UUID = UUID(),
+        createdAt: Timestamp,
+        title: String = "",
+        subtitle: String = "",
+        priority: TodoPriority = .normal,
+        completedAt: Timestamp? = nil,
+        deleted: Bool = false,
+        version: Int = 0
+    ) {
+        self.id = id
+        self.createdAt = createdAt
+        self.title = title
+        self.subtitle = subtitle
+        self.priority = priority
+        self.completedAt = completedAt
+        self.deleted = deleted
+        self.version = version
+    }
+
+    public var complete: Bool { completedAt != nil }
+}
+
+extension Todo {
+    public static let maxTitleScalars = 1000
+    public static let maxSubtitleScalars = 10_000
+
+    /// Trims a title and checks it: non-empty, at most 1,000 Unicode scalars.
+    public static func validatedTitle(_ raw: String) -> Result<String, AppError> {
+        let title = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+        if title.isEmpty {
+            return .failure(AppError(code: .validationFailed, message: "Please add a title.", field: "title"))
+        }
+        if title.unicodeScalars.count > maxTitleScalars {
+            return .failure(
+                AppError(
+                    code: .validationFailed,
+                    message: "The title is too long (at most \(maxTitleScalars) characters).",
+                    field: "title"
+                )
+            )
+        }
+        return .success(title)
+    }
+
+    public static func validatedSubtitle(_ raw: String) -> Result<String, AppError> {
+        if raw.unicodeScalars.count > maxSubtitleScalars {
+            return .failure(
+                AppError(
+                    code: .validationFailed,
+                    message: "The subtitle is too long (at most \(maxSubtitleScalars) characters).",
+                    field: "subtitle"
+                )
+            )
+        }
+        return .success(raw)
+    }
+}

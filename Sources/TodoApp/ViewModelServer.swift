@@ -1,0 +1,96 @@
+import EventStream
+import Foundation
+
+/// The seed's ViewModelServer: turns view requests into model requests, and model responses
+/// into view responses. Pure: its output depends only on the event (and the clock for a fresh
+/// todo).
+public struct ViewModelServer: EventServer {
+    private let now: @Sendable () -> Timestamp
+
+    public init(now: @escaping @Sendable () -> Timestamp = Timestamp.now) { self.now = now }
+
+    public var observes: Set<String> {
+        let kinds: [Event.Kind] = [
+            .requestTodoViewModels, .requestToggleCompleteTodoViewModel, .requestDeleteTodoViewModel,
+            .requestNewTodoDetailViewModel, .requestTodoDetailViewModel, .requestUpdateDetailViewModel,
+            .responseTodos, .responseTodo,
+        ]
+        return Set(kinds.map(\.rawValue))
+    }
+
+    public func handle(_ event: Event) async -> [Emission<Event>] {
+        switch event {
+        case .requestTodoViewModels:
+            return [Emission(.requestReadTodos(ReadTodos(id: nil, purpose: .list)), .internal)]
+
+        case .requestToggleCompleteTodoViewModel(let reference):
+            return [write(reference, .toggleComplete)]
+
+        case .requestDeleteTodoViewModel(let reference):
+            return [write(reference, .delete)]
+
+        case .requestNewTodoDetailViewModel:
+            let fresh = Todo(createdAt: now())
+            return [Emission(.responseTodoDetailViewModel(.success(TodoDetailViewModel(todo: fresh))), .reply)]
+
+        case .requestTodoDetailViewModel(let reference):
+            return [Emission(.requestReadTodos(ReadTodos(id: reference.id, purpose: .detail)), .internal)]
+
+        case .requestUpdateDetailViewModel(let input):
+            // Check what can be checked without the store; the store checks the rest.
+            if let title = input.edit.title, case .failure(let error) = Todo.validatedTitle(title) {
+                return [Emission(.responseUpdateDetailViewModel(.failure(error)), .reply)]
+            }
+            if let subtitle = input.edit.subtitle, case .failure(let error) = Todo.validatedSubtitle(subtitle) {
+                return [Emission(.responseUpdateDetailViewModel(.failure(error)), .reply)]
+            }
+            return [write(input.todo, .update(input.edit))]
+
+        case .responseTodos(let read, let result):
+            switch read.purpose {
+            case .list:
+                let viewModels = result.map { todos in todos.filter { !$0.deleted }.map(TodoViewModel.init) }
+                return [Emission(.responseTodoViewModels(viewModels), .reply)]
+            case .detail:
+                let detail = result.flatMap { todos -> Result<TodoDetailViewModel, AppError> in
+                    guard let todo = todos.first(where: { $0.id == read.id }) else {
+                        return .failure(.notFound((read.id?.uuidString ?? "").lowercased()))
+                    }
+                    return .success(TodoDetailViewModel(todo: todo))
+                }
+                return [Emission(.responseTodoDetailViewModel(detail), .reply)]
+            }
+
+        case .responseTodo(let write, let result):
+            switch (write.change, result) {
+            case (.update, .success(let saved)):
+                return [
+                    Emission(.responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))), .reply),
+                    Emission(.responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))), .broadcast(seq: saved.seq)),
+                ]
+            case (.update, .failure(let error)):
+                return [Emission(.responseUpdateDetailViewModel(.failure(error)), .reply)]
+            case (_, .success(let saved)):
+                return [
+                    Emission(.responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))), .broadcast(seq: saved.seq))
+                ]
+            case (_, .failure(let error)):
+                return [Emission(.responseTodoViewModel(.failure(error)), .reply)]
+            }
+
+        default:
+            return []
+        }
+    }
+
+    private func write(_ reference: TodoReference, _ change: TodoChange) -> Emission<Event> {
+        Emission(.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: reference.version, change: change)), .internal)
+    }
+}
+
+extension Timestamp {
+    /// The current wall-clock time.
+    @Sendable public static func now() -> Timestamp {
+        Timestamp(millisecondsSince1970: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+}

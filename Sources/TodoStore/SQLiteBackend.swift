@@ -1,0 +1,189 @@
+import EventStream
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import SQLiteNIO
+import TodoApp
+
+/// SQLite in WAL mode in the data directory: one connection writes (in group commits), one
+/// reads the journal. All calls run on a thread pool, never on an event loop.
+final class SQLiteBackend: StorageBackend {
+    private let writer: SQLiteConnection
+    private let reader: SQLiteConnection
+    private let retention: JournalRetention
+    private let logger: Logger
+
+    private init(writer: SQLiteConnection, reader: SQLiteConnection, retention: JournalRetention, logger: Logger) {
+        self.writer = writer
+        self.reader = reader
+        self.retention = retention
+        self.logger = logger
+    }
+
+    static let fileName = "todostream.sqlite"
+
+    static func open(
+        directory: String,
+        retention: JournalRetention,
+        synchronousFull: Bool,
+        threadPool: NIOThreadPool,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) async throws -> SQLiteBackend {
+        let path = (directory as NSString).appendingPathComponent(fileName)
+        let writer = try await SQLiteConnection.open(storage: .file(path: path), threadPool: threadPool, logger: logger, on: eventLoop)
+        do {
+            try await writer.exec("PRAGMA journal_mode=WAL")
+            try await writer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
+            try await Migrations.run(on: writer)
+            let reader = try await SQLiteConnection.open(storage: .file(path: path), threadPool: threadPool, logger: logger, on: eventLoop)
+            try await reader.exec("PRAGMA query_only=1")
+            return SQLiteBackend(writer: writer, reader: reader, retention: retention, logger: logger)
+        } catch {
+            try? await writer.close()
+            throw error
+        }
+    }
+
+    func load() async throws -> LoadedState {
+        let todoRows = try await writer.rows(
+            "SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version FROM todos",
+            []
+        )
+        var todos: [(rowID: Int64, todo: Todo)] = []
+        todos.reserveCapacity(todoRows.count)
+        for row in todoRows {
+            guard let idText = row.column("id")?.string, let id = UUID(uuidString: idText),
+                let rowID = row.column("seq_no")?.integer, let createdAt = row.column("created_at")?.integer
+            else { throw StoreError(message: "A stored todo row is damaged.") }
+            let todo = Todo(
+                id: id,
+                createdAt: Timestamp(millisecondsSince1970: Int64(createdAt)),
+                title: row.column("title")?.string ?? "",
+                subtitle: row.column("subtitle")?.string ?? "",
+                priority: TodoPriority(rawValue: row.column("priority")?.string ?? "") ?? .normal,
+                completedAt: row.column("completed_at")?.integer.map { Timestamp(millisecondsSince1970: Int64($0)) },
+                deleted: (row.column("deleted")?.integer ?? 0) != 0,
+                version: Int(row.column("version")?.integer ?? 0)
+            )
+            todos.append((Int64(rowID), todo))
+        }
+        let epochRows = try await writer.rows("SELECT value FROM meta WHERE key = 'epoch'", [])
+        guard let epoch = epochRows.first?.column("value")?.string else {
+            throw StoreError(message: "The journal has no epoch.")
+        }
+        let headRows = try await writer.rows("SELECT value FROM meta WHERE key = 'head'", [])
+        let head = UInt64(headRows.first?.column("value")?.string ?? "0") ?? 0
+        let oldest = try await oldestRetained() ?? head + 1
+        return LoadedState(todos: todos, position: JournalPosition(epoch: epoch, head: head, oldest: oldest))
+    }
+
+    func commit(_ batch: [CommitRecord], prune: Bool) async throws {
+        guard let last = batch.last else { return }
+        let recordedAt = SQLiteData.integer(SQLiteInt64(Timestamp.now().millisecondsSince1970))
+        try await writer.exec("BEGIN IMMEDIATE")
+        do {
+            var todoBinds: [SQLiteData] = []
+            todoBinds.reserveCapacity(batch.count * 9)
+            var journalBinds: [SQLiteData] = []
+            journalBinds.reserveCapacity(batch.count * 4)
+            for record in batch {
+                let todo = record.todo
+                todoBinds += [
+                    .text(todo.id.uuidString.lowercased()), .integer(SQLiteInt64(record.rowID)),
+                    .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title), .text(todo.subtitle),
+                    .text(todo.priority.rawValue),
+                    todo.completedAt.map { .integer(SQLiteInt64($0.millisecondsSince1970)) } ?? .null,
+                    .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
+                ]
+                journalBinds += [
+                    .integer(SQLiteInt64(record.entry.seq)), .text(record.entry.type),
+                    .blob(ByteBuffer(bytes: record.entry.payload)), recordedAt,
+                ]
+            }
+            let todoValues = Array(repeating: "(?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
+            try await writer.exec(
+                """
+                INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+                VALUES \(todoValues)
+                ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                  subtitle = excluded.subtitle, priority = excluded.priority, completed_at = excluded.completed_at,
+                  deleted = excluded.deleted, version = excluded.version
+                """,
+                todoBinds
+            )
+            let journalValues = Array(repeating: "(?,?,?,?)", count: batch.count).joined(separator: ",")
+            try await writer.exec("INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues)", journalBinds)
+            try await writer.exec(
+                "INSERT INTO meta (key, value) VALUES ('head', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [.text(String(last.entry.seq))]
+            )
+            if prune {
+                // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
+                let keepFrom = last.entry.seq > retention.maxEntries ? last.entry.seq - retention.maxEntries + 1 : 0
+                try await writer.exec("DELETE FROM journal WHERE seq < ?", [.integer(SQLiteInt64(keepFrom))])
+                if retention.maxAgeSeconds > 0 {
+                    let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
+                    try await writer.exec("DELETE FROM journal WHERE recorded_at < ?", [.integer(SQLiteInt64(cutoff))])
+                }
+            }
+            try await writer.exec("COMMIT")
+        } catch {
+            try? await writer.exec("ROLLBACK")
+            logger.error("commit failed", metadata: ["error": "\(String(reflecting: error))"])
+            throw error
+        }
+    }
+
+    func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
+        guard through > after else { return [] }
+        let rows = try await reader.rows(
+            "SELECT seq, type, payload FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq",
+            [.integer(SQLiteInt64(after)), .integer(SQLiteInt64(through))]
+        )
+        return rows.compactMap { row in
+            guard let seq = row.column("seq")?.integer, let type = row.column("type")?.string,
+                var payload = row.column("payload")?.blob
+            else { return nil }
+            return JournalEntry(seq: UInt64(seq), type: type, payload: payload.readBytes(length: payload.readableBytes) ?? [])
+        }
+    }
+
+    func oldestRetained() async throws -> UInt64? {
+        let rows = try await reader.rows("SELECT MIN(seq) AS oldest FROM journal", [])
+        return rows.first?.column("oldest")?.integer.map { UInt64($0) }
+    }
+
+    func close() async {
+        try? await reader.close()
+        try? await writer.close()
+    }
+}
+
+/// A storage failure. Its message is safe to log; clients only ever see `unavailable`.
+public struct StoreError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public init(message: String) { self.message = message }
+    public var description: String { message }
+}
+
+extension SQLiteConnection {
+    func exec(_ sql: String, _ binds: [SQLiteData] = []) async throws {
+        try await self.query(sql, binds) { _ in }
+    }
+
+    func rows(_ sql: String, _ binds: [SQLiteData]) async throws -> [SQLiteRow] {
+        let collected = RowCollector()
+        try await self.query(sql, binds) { row in collected.append(row) }
+        return collected.rows
+    }
+}
+
+/// Collects rows from sqlite-nio's callback, which runs on the thread pool.
+private final class RowCollector: @unchecked Sendable {
+    // Invariant: `append` is called only from inside one `query` call, serially, and `rows` is
+    // read only after that call returned.
+    private(set) var rows: [SQLiteRow] = []
+    func append(_ row: SQLiteRow) { rows.append(row) }
+}

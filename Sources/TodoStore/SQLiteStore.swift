@@ -1,0 +1,64 @@
+import EventStream
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import TodoApp
+
+extension GroupCommitStore {
+    /// Opens (creating if needed) the SQLite store in `directory`.
+    ///
+    /// Throws `StoreError` with a one-line message naming the directory when it cannot be
+    /// created or written.
+    public static func sqlite(
+        directory: String,
+        maxBatch: Int = 256,
+        retention: JournalRetention = JournalRetention(),
+        synchronousFull: Bool = true,
+        threadPool: NIOThreadPool = .singleton,
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
+        logger: Logger = Logger(label: "todostream.store"),
+        now: @escaping @Sendable () -> Timestamp = Timestamp.now
+    ) async throws -> GroupCommitStore {
+        try prepareDirectory(directory)
+        let backend: SQLiteBackend
+        do {
+            backend = try await SQLiteBackend.open(
+                directory: directory,
+                retention: retention,
+                synchronousFull: synchronousFull,
+                threadPool: threadPool,
+                eventLoop: eventLoop,
+                logger: logger
+            )
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            logger.error("cannot open database", metadata: ["error": "\(String(reflecting: error))"])
+            throw StoreError(message: "cannot open the database in data directory \(directory)")
+        }
+        let state: LoadedState
+        do {
+            state = try await backend.load()
+        } catch {
+            await backend.close()
+            throw StoreError(message: "cannot read the database in data directory \(directory): \(error)")
+        }
+        return GroupCommitStore(backend: backend, state: state, maxBatch: maxBatch, now: now)
+    }
+
+    static func prepareDirectory(_ directory: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw StoreError(message: "cannot create data directory \(directory)")
+        }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw StoreError(message: "data directory \(directory) is not a directory")
+        }
+        guard access(directory, W_OK | X_OK) == 0 else {
+            throw StoreError(message: "data directory \(directory) is not writable")
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import EventStream
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Relay
+import ServiceLifecycle
+import UnixSignals
+import TodoApp
+import TodoStore
+
+/// Everything `serve` needs, from flags (and later a config file).
+struct DaemonOptions: Sendable {
+    enum Storage: String, Sendable {
+        case sqlite
+        case memory
+    }
+
+    var dataDirectory: String = DaemonOptions.defaultDataDirectory
+    var storage: Storage = .sqlite
+    var listeners = ListenerConfiguration(
+        tcp: .init(host: "127.0.0.1", port: 7878),
+        http: .init(host: "127.0.0.1", port: 8080)
+    )
+    var relay = RelayConfiguration()
+    var auth = AuthConfiguration()
+    var tlsCertificatePath: String?
+    var tlsKeyPath: String?
+    var retention = JournalRetention()
+    var maxBatch = 256
+    var synchronousFull = true
+
+    /// `$STATE_DIRECTORY` under systemd, else `./todostream-data`.
+    static var defaultDataDirectory: String {
+        if let state = ProcessInfo.processInfo.environment["STATE_DIRECTORY"], !state.isEmpty {
+            return String(state.split(separator: ":").first ?? Substring(state))
+        }
+        return "todostream-data"
+    }
+}
+
+/// A startup failure, said in one line.
+struct StartupError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
+
+/// The wired daemon: store, servers, bus, hub and relay.
+final class Daemon: Sendable {
+    let store: GroupCommitStore
+    let relay: RelayServer<TodoWireCodec>
+    let addresses: BoundAddresses
+    let logger: Logger
+
+    private init(store: GroupCommitStore, relay: RelayServer<TodoWireCodec>, addresses: BoundAddresses, logger: Logger) {
+        self.store = store
+        self.relay = relay
+        self.addresses = addresses
+        self.logger = logger
+    }
+
+    /// Opens storage and binds every listener. Throws `StartupError` naming what failed.
+    static func start(
+        _ options: DaemonOptions,
+        logger: Logger,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws -> Daemon {
+        let store: GroupCommitStore
+        switch options.storage {
+        case .memory:
+            store = await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
+        case .sqlite:
+            do {
+                store = try await GroupCommitStore.sqlite(
+                    directory: options.dataDirectory,
+                    maxBatch: options.maxBatch,
+                    retention: options.retention,
+                    synchronousFull: options.synchronousFull,
+                    eventLoop: group.any(),
+                    logger: logger
+                )
+            } catch let error as StoreError {
+                throw StartupError(message: error.message)
+            }
+        }
+        let position = try await store.position()
+        var loops: [any EventLoop] = []
+        for loop in group.makeIterator() { loops.append(loop) }
+        let hub = Hub(codec: TodoWireCodec(), epoch: position.epoch, head: position.head, loops: loops)
+        let bus = EventBus<Event>(servers: [ViewModelServer(), ModelServer(store: store)], sink: hub)
+
+        var tlsContext: NIOSSLContext?
+        if let cert = options.tlsCertificatePath, let key = options.tlsKeyPath {
+            tlsContext = try makeTLSContext(certificatePath: cert, keyPath: key)
+        }
+
+        let settings = RelaySettings(configuration: options.relay, auth: options.auth)
+        let relay = RelayServer(
+            hub: hub,
+            settings: settings,
+            publish: { event, origin in await bus.publish(event, origin: origin) },
+            journal: store,
+            listeners: options.listeners,
+            tlsContext: tlsContext,
+            group: group,
+            health: {
+                HealthReport(
+                    storageOK: await store.isHealthy,
+                    connections: hub.connectionCount,
+                    seq: hub.seq,
+                    epoch: hub.epoch
+                )
+            },
+            logger: logger
+        )
+        let addresses: BoundAddresses
+        do {
+            addresses = try await relay.start()
+        } catch let error as ListenError {
+            await store.close()
+            throw StartupError(message: error.message)
+        }
+        return Daemon(store: store, relay: relay, addresses: addresses, logger: logger)
+    }
+
+    static func makeTLSContext(certificatePath: String, keyPath: String) throws -> NIOSSLContext {
+        do {
+            let chain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { NIOSSLCertificateSource.certificate($0) }
+            guard !chain.isEmpty else { throw StartupError(message: "no certificate in \(certificatePath)") }
+            let key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
+            var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+            configuration.minimumTLSVersion = .tlsv12
+            return try NIOSSLContext(configuration: configuration)
+        } catch let error as StartupError {
+            throw error
+        } catch {
+            throw StartupError(message: "cannot load TLS certificate \(certificatePath) and key \(keyPath): \(error)")
+        }
+    }
+
+    /// Serves until SIGTERM/SIGINT (or `shutdown`), then drains and closes storage.
+    func run(signals: [UnixSignal] = [.sigterm, .sigint]) async throws {
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: relay)],
+                gracefulShutdownSignals: signals,
+                logger: logger
+            )
+        )
+        try await group.run()
+        await store.close()
+    }
+}
