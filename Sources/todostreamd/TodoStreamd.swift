@@ -65,6 +65,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Frames per second per connection.")
     var rateLimit: Double = 1_000
 
+    @Option(name: .customLong("port-file"), help: "Once every listener accepts, write the bound ports here as JSON (for scripts using port 0).")
+    var portFile: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -136,6 +139,19 @@ struct Serve: AsyncParsableCommand {
             FileHandle.standardError.write(Data("todostreamd: \(error.message)\n".utf8))
             throw ExitCode.failure
         }
+        if let portFile {
+            try writePortFile(portFile, daemon.addresses)
+        }
         try await daemon.run()
     }
+}
+
+func writePortFile(_ path: String, _ addresses: BoundAddresses) throws {
+    var fields: [String] = []
+    if let port = addresses.tcp?.port { fields.append("\"tcp\":\(port)") }
+    if let port = addresses.tls?.port { fields.append("\"tls\":\(port)") }
+    if let port = addresses.http?.port { fields.append("\"http\":\(port)") }
+    let temporary = path + ".tmp"
+    try Data(("{" + fields.joined(separator: ",") + "}\n").utf8).write(to: URL(fileURLWithPath: temporary))
+    _ = rename(temporary, path)
 }
