@@ -77,8 +77,16 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "EventStreamTests", dependencies: ["EventStream"], swiftSettings: strict),
-        .testTarget(name: "TodoAppTests", dependencies: ["TodoApp", "EventStream"], swiftSettings: strict),
+        .testTarget(
+            name: "EventStreamTests",
+            dependencies: ["EventStream", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "TodoAppTests",
+            dependencies: ["TodoApp", "EventStream", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "TodoStoreTests",
             dependencies: ["TodoStore", "TodoApp", "EventStream"],

@@ -48,14 +48,17 @@ extension GroupCommitStore {
     }
 
     static func prepareDirectory(_ directory: String) throws {
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw StoreError(message: "cannot create data directory \(directory)")
-        }
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-            throw StoreError(message: "data directory \(directory) is not a directory")
+        if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw StoreError(message: "data directory \(directory) is not a directory")
+            }
+        } else {
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            } catch {
+                throw StoreError(message: "cannot create data directory \(directory)")
+            }
         }
         guard access(directory, W_OK | X_OK) == 0 else {
             throw StoreError(message: "data directory \(directory) is not writable")

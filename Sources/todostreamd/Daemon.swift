@@ -53,36 +53,41 @@ final class Daemon: Sendable {
     let addresses: BoundAddresses
     let logger: Logger
 
-    private init(store: GroupCommitStore, relay: RelayServer<TodoWireCodec>, addresses: BoundAddresses, logger: Logger) {
+    private let serviceGroup: ServiceGroup
+
+    private init(
+        store: GroupCommitStore,
+        relay: RelayServer<TodoWireCodec>,
+        addresses: BoundAddresses,
+        signals: [UnixSignal],
+        logger: Logger
+    ) {
         self.store = store
         self.relay = relay
         self.addresses = addresses
         self.logger = logger
+        self.serviceGroup = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: relay)],
+                gracefulShutdownSignals: signals,
+                logger: logger
+            )
+        )
     }
 
     /// Opens storage and binds every listener. Throws `StartupError` naming what failed.
     static func start(
         _ options: DaemonOptions,
         logger: Logger,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        signals: [UnixSignal] = [.sigterm, .sigint],
+        store givenStore: GroupCommitStore? = nil
     ) async throws -> Daemon {
         let store: GroupCommitStore
-        switch options.storage {
-        case .memory:
-            store = await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
-        case .sqlite:
-            do {
-                store = try await GroupCommitStore.sqlite(
-                    directory: options.dataDirectory,
-                    maxBatch: options.maxBatch,
-                    retention: options.retention,
-                    synchronousFull: options.synchronousFull,
-                    eventLoop: group.any(),
-                    logger: logger
-                )
-            } catch let error as StoreError {
-                throw StartupError(message: error.message)
-            }
+        if let givenStore {
+            store = givenStore
+        } else {
+            store = try await openStore(options, logger: logger, group: group)
         }
         let position = try await store.position()
         var loops: [any EventLoop] = []
@@ -121,7 +126,27 @@ final class Daemon: Sendable {
             await store.close()
             throw StartupError(message: error.message)
         }
-        return Daemon(store: store, relay: relay, addresses: addresses, logger: logger)
+        return Daemon(store: store, relay: relay, addresses: addresses, signals: signals, logger: logger)
+    }
+
+    private static func openStore(_ options: DaemonOptions, logger: Logger, group: any EventLoopGroup) async throws -> GroupCommitStore {
+        switch options.storage {
+        case .memory:
+            return await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
+        case .sqlite:
+            do {
+                return try await GroupCommitStore.sqlite(
+                    directory: options.dataDirectory,
+                    maxBatch: options.maxBatch,
+                    retention: options.retention,
+                    synchronousFull: options.synchronousFull,
+                    eventLoop: group.any(),
+                    logger: logger
+                )
+            } catch let error as StoreError {
+                throw StartupError(message: error.message)
+            }
+        }
     }
 
     static func makeTLSContext(certificatePath: String, keyPath: String) throws -> NIOSSLContext {
@@ -139,16 +164,14 @@ final class Daemon: Sendable {
         }
     }
 
-    /// Serves until SIGTERM/SIGINT (or `shutdown`), then drains and closes storage.
-    func run(signals: [UnixSignal] = [.sigterm, .sigint]) async throws {
-        let group = ServiceGroup(
-            configuration: .init(
-                services: [.init(service: relay)],
-                gracefulShutdownSignals: signals,
-                logger: logger
-            )
-        )
-        try await group.run()
+    /// Serves until SIGTERM/SIGINT (or `shutdown()`), then drains and closes storage.
+    func run() async throws {
+        try await serviceGroup.run()
         await store.close()
+    }
+
+    /// Starts a graceful shutdown, as SIGTERM does.
+    func shutdown() async {
+        await serviceGroup.triggerGracefulShutdown()
     }
 }

@@ -1,0 +1,186 @@
+import EventStream
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import TodoApp
+
+/// A store that answers from memory, for observer tests.
+actor FakeStore: TodoStore {
+    var todos: [Todo] = []
+    var seq: UInt64 = 0
+    var fail = false
+
+    init(_ todos: [Todo] = []) { self.todos = todos }
+
+    func setFail(_ fail: Bool) { self.fail = fail }
+
+    func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
+        if fail { throw AppError.unavailable }
+        return todos.filter { id == nil || $0.id == id }
+    }
+
+    func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
+        if fail { return .failure(.unavailable) }
+        let index = todos.firstIndex { $0.id == write.id }
+        switch write.apply(to: index.map { todos[$0] }, now: t1) {
+        case .success(let todo):
+            if let index { todos[index] = todo } else { todos.append(todo) }
+            seq += 1
+            return .success(SavedTodo(todo: todo, seq: seq))
+        case .failure(let error):
+            return .failure(error)
+        }
+    }
+}
+
+final class Recorder: EventSink, Sendable {
+    let events = NIOLockedValueBox<[(Event, Scope)]>([])
+    func deliver(_ event: Event, scope: Scope, origin: Origin) { events.withLockedValue { $0.append((event, scope)) } }
+    var all: [(Event, Scope)] { events.withLockedValue { $0 } }
+    var names: [String] { all.map(\.0.name) }
+}
+
+let origin = Origin(session: SessionID(1), correlation: .string("1"))
+
+@Suite struct ViewModelServerObserverTests {
+    let server = ViewModelServer(now: { t1 })
+
+    @Test func listRequestBecomesAModelRead() async {
+        let out = await server.handle(.requestTodoViewModels)
+        #expect(out.map(\.event) == [.requestReadTodos(ReadTodos(id: nil, purpose: .list))])
+        #expect(out.map(\.scope) == [.internal])
+    }
+
+    @Test func toggleAndDeleteBecomeWritesOfTheReferencedId() async {
+        let reference = TodoReference(id: stored().id, version: 3)
+        #expect(
+            await server.handle(.requestToggleCompleteTodoViewModel(reference)).map(\.event)
+                == [.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: 3, change: .toggleComplete))]
+        )
+        #expect(
+            await server.handle(.requestDeleteTodoViewModel(reference)).map(\.event)
+                == [.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: 3, change: .delete))]
+        )
+    }
+
+    @Test func newDetailIsAFreshUnsavedTodo() async throws {
+        let out = await server.handle(.requestNewTodoDetailViewModel)
+        guard case .responseTodoDetailViewModel(.success(let detail)) = try #require(out.first?.event) else {
+            Issue.record("expected a detail view model")
+            return
+        }
+        #expect(detail.todo.version == 0)
+        #expect(detail.title == "")
+        #expect(out.first?.scope == .reply)
+    }
+
+    @Test func blankTitleIsRefusedBeforeTheStore() async {
+        let input = TodoDetailInput(todo: TodoReference(id: UUID()), edit: TodoEdit(title: "  "))
+        let out = await server.handle(.requestUpdateDetailViewModel(input))
+        guard case .responseUpdateDetailViewModel(.failure(let error)) = out.first?.event else {
+            Issue.record("expected a validation failure")
+            return
+        }
+        #expect(error.field == "title")
+        #expect(out.first?.scope == .reply)
+    }
+
+    @Test func listResponsesHideDeletedTodos() async {
+        let out = await server.handle(
+            .responseTodos(ReadTodos(id: nil, purpose: .list), .success([stored(deleted: true), stored(4)]))
+        )
+        #expect(out.map(\.event) == [.responseTodoViewModels(.success([TodoViewModel(todo: stored(4))]))])
+    }
+
+    @Test func detailOfAnUnknownIdIsNotFound() async {
+        let out = await server.handle(.responseTodos(ReadTodos(id: UUID(), purpose: .detail), .success([])))
+        guard case .responseTodoDetailViewModel(.failure(let error)) = out.first?.event else {
+            Issue.record("expected not_found")
+            return
+        }
+        #expect(error.code == .notFound)
+    }
+
+    @Test func savedWritesBroadcastWithTheirSeq() async {
+        let saved = SavedTodo(todo: stored(4), seq: 42)
+        let toggle = await server.handle(.responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .toggleComplete), .success(saved)))
+        #expect(toggle.map(\.scope) == [.broadcast(seq: 42)])
+        let update = await server.handle(.responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .update(TodoEdit())), .success(saved)))
+        #expect(update.map(\.event.name) == ["ResponseUpdateDetailViewModel", "ResponseTodoViewModel"])
+        #expect(update.map(\.scope) == [.reply, .broadcast(seq: 42)])
+    }
+
+    @Test func failedWritesAreRepliesOnly() async {
+        let failed = await server.handle(.responseTodo(TodoWrite(id: UUID(), expectedVersion: nil, change: .delete), .failure(.unavailable)))
+        #expect(failed.map(\.event) == [.responseTodoViewModel(.failure(.unavailable))])
+        #expect(failed.map(\.scope) == [.reply])
+    }
+}
+
+@Suite struct ModelServerObserverTests {
+    @Test func readsAndWritesGoToTheStore() async {
+        let store = FakeStore([stored()])
+        let server = ModelServer(store: store)
+        let read = ReadTodos(id: nil, purpose: .list)
+        #expect(await server.handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .success([stored()]))])
+        let write = TodoWrite(id: stored().id, expectedVersion: nil, change: .delete)
+        let out = await server.handle(.requestWriteTodo(write))
+        guard case .responseTodo(_, .success(let saved)) = out.first?.event else { Issue.record("expected a saved todo"); return }
+        #expect(saved.todo.deleted)
+        #expect(saved.seq == 1)
+    }
+
+    @Test func storageFailuresAreUnavailable() async {
+        let store = FakeStore()
+        await store.setFail(true)
+        let read = ReadTodos(id: nil, purpose: .list)
+        #expect(await ModelServer(store: store).handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .failure(.unavailable))])
+    }
+}
+
+/// One view request in, the expected events out at the boundary, through both servers.
+@Suite struct ViewRequestIntegrationTests {
+    func run(_ event: Event, store: FakeStore) async -> Recorder {
+        let recorder = Recorder()
+        let bus = EventBus<Event>(servers: [ViewModelServer(now: { t1 }), ModelServer(store: store)], sink: recorder)
+        await bus.publish(event, origin: origin)
+        return recorder
+    }
+
+    @Test func requestTodoViewModels() async {
+        let recorder = await run(.requestTodoViewModels, store: FakeStore([stored()]))
+        #expect(recorder.names == ["RequestTodoViewModels", "RequestReadTodos", "ResponseTodos", "ResponseTodoViewModels"])
+        #expect(recorder.all.last?.0 == .responseTodoViewModels(.success([TodoViewModel(todo: stored())])))
+    }
+
+    @Test func requestToggleCompleteTodoViewModel() async {
+        let recorder = await run(.requestToggleCompleteTodoViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
+        #expect(recorder.names == ["RequestToggleCompleteTodoViewModel", "RequestWriteTodo", "ResponseTodo", "ResponseTodoViewModel"])
+        #expect(recorder.all.last?.1 == .broadcast(seq: 1))
+    }
+
+    @Test func requestDeleteTodoViewModel() async {
+        let recorder = await run(.requestDeleteTodoViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
+        guard case .responseTodoViewModel(.success(let viewModel)) = recorder.all.last?.0 else { Issue.record("no response"); return }
+        #expect(viewModel.deleted)
+    }
+
+    @Test func requestNewTodoDetailViewModel() async {
+        let recorder = await run(.requestNewTodoDetailViewModel, store: FakeStore())
+        #expect(recorder.names == ["RequestNewTodoDetailViewModel", "ResponseTodoDetailViewModel"])
+    }
+
+    @Test func requestTodoDetailViewModel() async {
+        let recorder = await run(.requestTodoDetailViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
+        #expect(recorder.all.last?.0 == .responseTodoDetailViewModel(.success(TodoDetailViewModel(todo: stored()))))
+    }
+
+    @Test func requestUpdateDetailViewModel() async {
+        let id = UUID()
+        let input = TodoDetailInput(todo: TodoReference(id: id, version: 0), edit: TodoEdit(title: "Call mum", priority: .high))
+        let recorder = await run(.requestUpdateDetailViewModel(input), store: FakeStore())
+        #expect(recorder.names.suffix(2) == ["ResponseUpdateDetailViewModel", "ResponseTodoViewModel"])
+        #expect(recorder.all.map(\.1).suffix(2) == [.reply, .broadcast(seq: 1)])
+    }
+}

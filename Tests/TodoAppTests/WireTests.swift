@@ -1,0 +1,84 @@
+import EventStream
+import Foundation
+import Testing
+
+@testable import TodoApp
+
+@Suite struct WireTests {
+    let codec = TodoWireCodec()
+
+    func decode(_ type: String, _ json: String) throws(PayloadError) -> Event {
+        try codec.decodeRequest(named: type, frame: Array(json.utf8))
+    }
+
+    @Test func decodesOnlyIdAndVersionOfAViewModel() throws {
+        let event = try decode(
+            "RequestToggleCompleteTodoViewModel",
+            #"{"type":"RequestToggleCompleteTodoViewModel","payload":{"todo":{"id":"6F1C0000-0000-0000-0000-000000000001","title":"stale","version":3},"complete":true}}"#
+        )
+        #expect(event == .requestToggleCompleteTodoViewModel(TodoReference(id: stored().id, version: 3)))
+    }
+
+    @Test func payloadErrorsNameTheFieldPath() {
+        func message(_ json: String, _ type: String = "RequestDeleteTodoViewModel") -> String? {
+            do {
+                _ = try decode(type, json)
+                return nil
+            } catch {
+                return error.message
+            }
+        }
+        #expect(message(#"{"type":"x"}"#) == "payload is missing.")
+        #expect(message(#"{"payload":{}}"#) == "payload.todo is missing.")
+        #expect(message(#"{"payload":{"todo":{"id":5}}}"#) == "payload.todo.id must be a string.")
+        #expect(message(#"{"payload":{"todo":{"id":"nope"}}}"#) == "payload.todo.id must be a UUID string.")
+        #expect(
+            message(#"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"priority":"urgent"}}"#, "RequestUpdateDetailViewModel")
+                == "payload.priority must be \"high\" or \"normal\"."
+        )
+        #expect(
+            message(#"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"completed":"yes"}}"#, "RequestUpdateDetailViewModel")
+                == "payload.completed must be true or false."
+        )
+    }
+
+    @Test func requestsWithoutPayloadIgnoreOne() throws {
+        #expect(try decode("RequestTodoViewModels", #"{"payload":[1,2]}"#) == .requestTodoViewModels)
+    }
+
+    @Test func encodesTheDocumentedShapes() throws {
+        guard case .payload(let bytes) = codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored())))) else {
+            Issue.record("expected a payload")
+            return
+        }
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        #expect(Set(object.keys) == ["todo", "title", "subtitle", "complete", "deleted", "completeActionTitle"])
+        let todo = try #require(object["todo"] as? [String: Any])
+        #expect(Set(todo.keys) == ["id", "createdAt", "title", "subtitle", "priority", "completedAt", "deleted", "version"])
+        #expect(todo["id"] as? String == "6f1c0000-0000-0000-0000-000000000001")
+        #expect(todo["completedAt"] is NSNull)
+    }
+
+    @Test func errorsCarryCodeMessageFieldAndCurrent() throws {
+        let conflict = AppError(code: .conflict, message: "m", current: TodoViewModel(todo: stored()))
+        guard case .error(let bytes) = codec.encodeBody(.responseTodoViewModel(.failure(conflict))) else {
+            Issue.record("expected an error body")
+            return
+        }
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        #expect(object["code"] as? String == "conflict")
+        #expect((object["current"] as? [String: Any])?["title"] as? String == "Milk")
+    }
+
+    @Test func theJournalRecordIsTheBroadcastBody() {
+        let record = TodoWireCodec.broadcastRecord(for: stored())
+        #expect(record.type == "ResponseTodoViewModel")
+        #expect(codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored())))) == .payload(record.payload))
+    }
+
+    @Test func theCatalogHasAll14Events() {
+        #expect(Event.catalog.descriptors.count == 14)
+        #expect(Event.catalog.descriptors.filter(\.isPublishableByView).count == 6)
+        #expect(Event.catalog.descriptors.filter { $0.layer == .model }.count == 4)
+    }
+}

@@ -1,0 +1,110 @@
+import EventStream
+import Foundation
+import Testing
+
+@testable import TodoApp
+@testable import TodoStore
+
+func temporaryDirectory() -> String {
+    let path = NSTemporaryDirectory() + "todostream-test-" + UUID().uuidString
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTodo {
+    try await store.write(TodoWrite(id: UUID(), expectedVersion: 0, change: .update(TodoEdit(title: title)))).get()
+}
+
+@Suite struct SQLiteStoreTests {
+    @Test func writesSurviveAProcessThatNeverClosedItsHandles() async throws {
+        let directory = temporaryDirectory()
+        let first = try await GroupCommitStore.sqlite(directory: directory)
+        let saved = try await create(first, "Survive")
+        _ = try await first.write(TodoWrite(id: saved.todo.id, expectedVersion: 1, change: .toggleComplete)).get()
+        // `first` is abandoned without close, as after kill -9: a new store must see the commit.
+        let second = try await GroupCommitStore.sqlite(directory: directory)
+        let todos = try await second.readTodos(id: nil)
+        #expect(todos.map(\.title) == ["Survive"])
+        #expect(todos.first?.complete == true)
+        #expect(todos.first?.version == 2)
+        let position = try await second.position()
+        #expect(position.head == 2)
+        #expect(position.epoch == (try await first.position()).epoch)
+        let entries = try await second.entries(after: 0, through: 2)
+        #expect(entries.map(\.seq) == [1, 2])
+        #expect(entries.last?.payload == TodoWireCodec.broadcastRecord(for: todos[0]).payload)
+        await second.close()
+        await first.close()
+    }
+
+    @Test func concurrentWritesGetGaplessSeqsAndMatchingJournalEntries() async throws {
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory, maxBatch: 32)
+        let seqs = try await withThrowingTaskGroup(of: UInt64.self) { group in
+            for index in 0..<300 { group.addTask { try await create(store, "todo \(index)").seq } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(seqs.sorted() == Array(1...300))
+        let entries = try await store.entries(after: 0, through: 300)
+        #expect(entries.map(\.seq) == Array(1...300))
+        let todos = try await store.readTodos(id: nil)
+        #expect(todos.count == 300)
+        // Newest first: createdAt descending, creation order breaking ties.
+        let createdAt = todos.map(\.createdAt)
+        #expect(createdAt == createdAt.sorted(by: >))
+        await store.close()
+    }
+
+    @Test func aFailedWriteInABatchDoesNotTakeASeq() async throws {
+        let store = try await GroupCommitStore.sqlite(directory: temporaryDirectory())
+        let saved = try await create(store, "a")
+        let conflict = await store.write(TodoWrite(id: saved.todo.id, expectedVersion: 7, change: .delete))
+        #expect((try? conflict.get()) == nil)
+        #expect(try await create(store, "b").seq == 2)
+        await store.close()
+    }
+
+    @Test func theJournalIsPrunedToItsRetention() async throws {
+        let store = try await GroupCommitStore.sqlite(
+            directory: temporaryDirectory(),
+            maxBatch: 1,
+            retention: JournalRetention(maxEntries: 10, maxAgeSeconds: 0)
+        )
+        for index in 0..<130 { _ = try await create(store, "t\(index)") }
+        let position = try await store.position()
+        #expect(position.head == 130)
+        #expect(position.oldest > 1)
+        #expect(position.oldest <= 121)
+        await store.close()
+    }
+
+    @Test func anUnusableDataDirectoryIsAClearError() async throws {
+        let file = temporaryDirectory() + "/file"
+        _ = FileManager.default.createFile(atPath: file, contents: Data())
+        await #expect {
+            try await GroupCommitStore.sqlite(directory: file + "/data")
+        } throws: { error in
+            (error as? StoreError)?.message == "cannot create data directory \(file)/data"
+        }
+        await #expect {
+            try await GroupCommitStore.sqlite(directory: file)
+        } throws: { error in
+            (error as? StoreError)?.message.contains("is not a directory") == true
+        }
+    }
+
+    @Test func aStoreFailureAnswersUnavailableAndChangesNothing() async throws {
+        let (store, faults) = await GroupCommitStore.inMemory()
+        let saved = try await create(store, "kept")
+        faults.failCommits(true)
+        let failed = await store.write(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .delete))
+        guard case .failure(let error) = failed else { Issue.record("expected unavailable"); return }
+        #expect(error.code == .unavailable)
+        #expect(await store.isHealthy == false)
+        #expect(try await store.readTodos(id: nil).first?.deleted == false)
+        faults.failCommits(false)
+        let retried = try await store.write(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .delete)).get()
+        #expect(retried.seq == 2)
+        #expect(await store.isHealthy)
+    }
+}
