@@ -12,6 +12,9 @@ public struct RelayConfiguration: Sendable, Hashable {
     public var maxQueueBytes: Int = 4 * 1024 * 1024
     /// Outbound queue bound per connection, in frames written since the queue was last empty.
     public var maxQueueFrames: Int = 16_384
+    /// SO_SNDBUF for accepted connections (nil leaves the kernel's autotuning on). A small
+    /// value makes the outbound bound apply sooner.
+    public var socketSendBufferBytes: Int?
     /// Frames read ahead while a request of the same connection is in flight; past this the
     /// daemon stops reading from that connection until it catches up.
     public var maxPipelinedFrames: Int = 64

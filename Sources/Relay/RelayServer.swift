@@ -173,6 +173,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let settings = self.settings
         let children = self.children
         let logger = self.logger
+        let sendBuffer = settings.configuration.socketSendBufferBytes
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -186,6 +187,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 case .tooManyTotal, .tooManyFromIP:
                     logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
                     return channel.close()
+                }
+                if let sendBuffer {
+                    _ = channel.setOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBuffer))
                 }
                 let key = ObjectIdentifier(channel)
                 children.withLockedValue { $0[key] = channel }

@@ -201,7 +201,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(frame bytes: [UInt8]) {
-        guard let frame = ClientFrame.parse(bytes) else {
+        guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes) else {
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
             return
         }
@@ -229,6 +229,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case (.absent, .invalid):
             sendError(.invalidFrame, "op must be a string.", re)
         }
+    }
+
+    static func isValidUTF8(_ bytes: [UInt8]) -> Bool {
+        // Plain ASCII (the usual case) needs no decoding.
+        if !bytes.contains(where: { $0 >= 0x80 }) { return true }
+        return String(validating: bytes, as: UTF8.self) != nil
     }
 
     private func refuseUnauthenticated(_ re: CorrelationID?) {

@@ -1,0 +1,287 @@
+import Foundation
+import NIOCore
+import Relay
+import Testing
+import TodoStore
+
+@testable import todostreamd
+
+@Suite(.timeLimit(.minutes(2))) struct ProtocolTests {
+    @Test func helloComesFirstWithEveryField() async throws {
+        try await withDaemon { daemon in
+            let (connection, hello) = try await daemon.client()
+            #expect(hello["op"] as? String == "hello")
+            #expect(hello["protocol"] as? Int == 1)
+            #expect(hello["server"] as? String == "todostreamd/1.0.0")
+            #expect((hello["session"] as? String).flatMap(UUID.init(uuidString:)) != nil)
+            #expect((hello["epoch"] as? String)?.isEmpty == false)
+            #expect(hello["seq"] as? Int == 0)
+            #expect(hello["auth"] as? String == "none")
+            #expect(hello["subscriptions"] as? [String] == ["Response*"])
+            await connection.close()
+        }
+    }
+
+    @Test func aChangeReachesEveryClientWithOneSeqAndReOnlyForTheRequester() async throws {
+        try await withDaemon { daemon in
+            let (writer, _) = try await daemon.client()
+            let (other, _) = try await daemon.client()
+            let mine = try await writer.createTodo("Buy milk", id: "a")
+            let theirs = try await other.json()
+            #expect(theirs["seq"] as? Int == 1)
+            #expect(mine["seq"] as? Int == 1)
+            #expect(mine["re"] as? String == "save-a")
+            #expect(theirs["re"] == nil)
+            #expect(theirs["type"] as? String == "ResponseTodoViewModel")
+            #expect(todoID(theirs) == todoID(mine))
+            let title = (theirs["payload"] as? [String: Any])?["title"] as? String
+            #expect(title == "Buy milk")
+
+            // Toggle from the other client: seq rises by exactly one.
+            try await other.send([
+                "type": "RequestToggleCompleteTodoViewModel", "id": 7, "payload": ["todo": ["id": todoID(mine) ?? ""]],
+            ])
+            let toggled = try await other.json()
+            #expect(toggled["re"] as? Int == 7)
+            #expect(toggled["seq"] as? Int == 2)
+            let seen = try await writer.json()
+            #expect(seen["seq"] as? Int == 2)
+            #expect((seen["payload"] as? [String: Any])?["complete"] as? Bool == true)
+        }
+    }
+
+    @Test func fiftyConcurrentClientsAllReceiveABroadcast() async throws {
+        try await withDaemon { daemon in
+            var clients: [TestConnection] = []
+            for _ in 0..<50 { clients.append(try await daemon.client().0) }
+            let (writer, _) = try await daemon.client()
+            let broadcast = try await writer.createTodo("For everyone")
+            let seq = try #require(broadcast["seq"] as? Int)
+            try await withThrowingTaskGroup(of: Int?.self) { group in
+                for client in clients { group.addTask { try await client.json()["seq"] as? Int } }
+                for try await received in group { #expect(received == seq) }
+            }
+        }
+    }
+
+    @Test(arguments: [
+        ("this is not json", "invalid_json", false),
+        ("[1,2]", "invalid_json", false),
+        ("42", "invalid_json", false),
+        (#"{"id":"x"}"#, "invalid_frame", true),
+        (#"{"type":"RequestTodoViewModels","op":"ping","id":"x"}"#, "invalid_frame", true),
+        (#"{"type":5,"id":"x"}"#, "invalid_frame", true),
+        (#"{"op":"ping","id":""}"#, "invalid_frame", false),
+        (#"{"op":"ping","id":1.5}"#, "invalid_frame", false),
+        (#"{"op":"subscribe","types":"Response*","id":"x"}"#, "invalid_frame", true),
+        (#"{"type":"RequestEverything","id":"x"}"#, "unknown_type", true),
+        (#"{"op":"launch","id":"x"}"#, "unknown_op", true),
+        (#"{"type":"ResponseTodoViewModel","id":"x","payload":{}}"#, "not_permitted", true),
+        (#"{"type":"RequestWriteTodo","id":"x"}"#, "not_permitted", true),
+        (#"{"op":"subscribe","types":["RequestReadTodos"],"id":"x"}"#, "not_permitted", true),
+        (#"{"op":"subscribe","types":["Nothing*"],"id":"x"}"#, "unknown_type", true),
+        (#"{"type":"RequestDeleteTodoViewModel","id":"x","payload":{"todo":{}}}"#, "invalid_payload", true),
+        (#"{"op":"auth","token":"wrong","id":"x"}"#, "unauthorized", true),
+        (#"{"op":"resume","epoch":1,"after":0,"id":"x"}"#, "invalid_frame", true),
+    ])
+    func relayErrorsKeepTheConnectionOpen(frame: String, code: String, echoesID: Bool) async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            try await client.sendLine(frame)
+            let answer = try await client.json()
+            #expect(answer["op"] as? String == "error")
+            #expect(errorCode(answer) == code)
+            #expect(((answer["error"] as? [String: Any])?["message"] as? String)?.isEmpty == false)
+            if echoesID { #expect(answer["re"] as? String == "x") } else { #expect(answer["re"] == nil) }
+            try await client.sendLine(#"{"op":"ping","id":"still"}"#)
+            #expect(try await client.json()["op"] as? String == "pong")
+        }
+    }
+
+    @Test func invalidUTF8IsInvalidJSON() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            try await client.sendBytes(Array(#"{"op":"ping","id":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8) + [0x0A])
+            #expect(errorCode(try await client.json()) == "invalid_json")
+        }
+    }
+
+    @Test func crlfAndBlankLinesAreTolerated() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            try await client.send("\n\r\n   \n{\"op\":\"ping\",\"id\":1}\r\n")
+            let pong = try await client.json()
+            #expect(pong["op"] as? String == "pong")
+            #expect(pong["re"] as? Int == 1)
+        }
+    }
+
+    @Test func anOversizedLineIsDroppedAsItArrivesAndTheConnectionStays() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            let chunk = String(repeating: "x", count: 32 * 1024)
+            for _ in 0..<8 { try await client.send(chunk) }  // 256 KiB, no newline yet
+            let refused = try await client.json()
+            #expect(errorCode(refused) == "frame_too_large")
+            for _ in 0..<8 { try await client.send(chunk) }
+            try await client.send("\n{\"op\":\"ping\",\"id\":\"after\"}\n")
+            let pong = try await client.json()
+            #expect(pong["re"] as? String == "after")
+        }
+    }
+
+    @Test func appErrorsComeAsTheRequestsOwnResponseType() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            let unknown = "00000000-0000-0000-0000-000000000000"
+            try await client.send(["type": "RequestToggleCompleteTodoViewModel", "id": "t", "payload": ["todo": ["id": unknown]]])
+            let notFound = try await client.json()
+            #expect(notFound["type"] as? String == "ResponseTodoViewModel")
+            #expect(errorCode(notFound) == "not_found")
+            #expect(notFound["seq"] == nil)
+
+            try await client.send(["type": "RequestTodoDetailViewModel", "id": "d", "payload": ["todo": ["id": unknown]]])
+            let detail = try await client.json()
+            #expect(detail["type"] as? String == "ResponseTodoDetailViewModel")
+            #expect(errorCode(detail) == "not_found")
+
+            try await client.send(["type": "RequestNewTodoDetailViewModel", "id": "n"])
+            var fresh = try #require(try await client.json()["payload"] as? [String: Any])
+            fresh["title"] = "   "
+            try await client.send(["type": "RequestUpdateDetailViewModel", "id": "u", "payload": fresh])
+            let invalid = try await client.json()
+            #expect(invalid["type"] as? String == "ResponseUpdateDetailViewModel")
+            let error = try #require(invalid["error"] as? [String: Any])
+            #expect(error["code"] as? String == "validation_failed")
+            #expect(error["field"] as? String == "title")
+            #expect(error["message"] as? String == "Please add a title.")
+
+            let created = try await client.createTodo("Versioned")
+            let id = try #require(todoID(created))
+            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "c", "payload": ["todo": ["id": id, "version": 9]]])
+            let conflict = try await client.json()
+            #expect(errorCode(conflict) == "conflict")
+            let current = try #require((conflict["error"] as? [String: Any])?["current"] as? [String: Any])
+            #expect(current["title"] as? String == "Versioned")
+        }
+    }
+
+    @Test func storageFailureAnswersUnavailableAndKeepsTheConnection() async throws {
+        let (store, faults) = await GroupCommitStore.inMemory()
+        try await withDaemon(store: store) { daemon in
+            let (client, _) = try await daemon.client()
+            let created = try await client.createTodo("Before the outage")
+            faults.failCommits(true)
+            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "x", "payload": ["todo": ["id": todoID(created) ?? ""]]])
+            let answer = try await client.json()
+            #expect(errorCode(answer) == "unavailable")
+            #expect(answer["seq"] == nil)
+            let health = try await httpGet(port: daemon.httpPort, path: "/healthz")
+            #expect(health.status == 503)
+            faults.failCommits(false)
+            try await client.send(["type": "RequestTodoViewModels", "id": "l"])
+            let list = try await client.json()
+            #expect((list["payload"] as? [Any])?.count == 1)
+        }
+    }
+
+    @Test func listsAreNewestFirstAndHideDeletedTodos() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            let first = try await client.createTodo("first")
+            _ = try await client.createTodo("second")
+            _ = try await client.createTodo("third")
+            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "del", "payload": ["todo": ["id": todoID(first) ?? ""]]])
+            let deleted = try await client.json()
+            #expect((deleted["payload"] as? [String: Any])?["deleted"] as? Bool == true)
+            try await client.send(["type": "RequestTodoViewModels", "id": "list"])
+            let list = try #require(try await client.json()["payload"] as? [[String: Any]])
+            #expect(list.map { $0["title"] as? String } == ["third", "second"])
+        }
+    }
+
+    @Test func subscriptionsChooseWhatBroadcastsArrive() async throws {
+        try await withDaemon { daemon in
+            let (quiet, _) = try await daemon.client()
+            let (writer, _) = try await daemon.client()
+            try await quiet.send(["op": "unsubscribe", "types": ["Response*"], "id": "u"])
+            let unsubscribed = try await quiet.json()
+            #expect(unsubscribed["op"] as? String == "unsubscribed")
+            #expect(unsubscribed["types"] as? [String] == [])
+            _ = try await writer.createTodo("unseen")
+            try await quiet.send(["op": "subscribe", "types": ["ResponseTodoViewModel", "ResponseTodoViewModel"], "id": "s"])
+            let subscribed = try await quiet.json()
+            // The broadcast made while unsubscribed never arrives: the next frame is this answer.
+            #expect(subscribed["op"] as? String == "subscribed")
+            #expect(subscribed["types"] as? [String] == ["ResponseTodoViewModel"])
+            _ = try await writer.createTodo("seen")
+            let seen = try await quiet.json()
+            #expect(seen["seq"] as? Int == 2)
+            // Own replies arrive whatever the subscriptions.
+            try await quiet.send(["op": "unsubscribe", "types": ["ResponseTodoViewModel"], "id": "u2"])
+            _ = try await quiet.json()
+            try await quiet.send(["type": "RequestTodoViewModels", "id": "mine"])
+            #expect(try await quiet.json()["re"] as? String == "mine")
+        }
+    }
+
+    @Test func aClientThatNeverReadsIsCutWhileOthersKeepReceiving() async throws {
+        try await withDaemon({ options in
+            options.relay.maxQueueBytes = 64 * 1024
+            options.relay.maxQueueFrames = 512
+            options.relay.socketSendBufferBytes = 4096
+        }) { daemon in
+            let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096, autoRead: false)
+            let (reader, _) = try await daemon.client()
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo("Busy")
+            let id = try #require(todoID(created))
+            _ = try await reader.json()
+            let count = 600
+            for index in 0..<count {
+                try await writer.send(["type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]]])
+            }
+            var last = 0
+            for _ in 0..<count {
+                let frame = try await reader.json()
+                let seq = try #require(frame["seq"] as? Int)
+                #expect(seq == last + 1 || last == 0)
+                last = seq
+            }
+            #expect(last == count + 1)
+            slow.startReading()
+            let rest = try await slow.waitForClose()
+            let lines = String(decoding: rest, as: UTF8.self).split(separator: "\n")
+            #expect(lines.count < count)
+        }
+    }
+
+    @Test func anUnreadableStartIsAClearError() async throws {
+        try await withDaemon { daemon in
+            var options = DaemonOptions()
+            options.storage = .memory
+            options.listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: daemon.tcpPort))
+            await #expect {
+                _ = try await Daemon.start(options, logger: .init(label: "t"), signals: [])
+            } throws: { error in
+                "\(error)" == "cannot listen on 127.0.0.1:\(daemon.tcpPort) (TCP): address already in use"
+            }
+        }
+    }
+}
+
+struct HTTPResult {
+    let status: Int
+    let body: String
+}
+
+/// A plain HTTP/1.1 GET over a raw connection.
+func httpGet(port: Int, path: String, headers: [String] = []) async throws -> HTTPResult {
+    let connection = try await TestConnection.connect(port: port)
+    let extra = headers.map { $0 + "\r\n" }.joined()
+    try await connection.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\(extra)\r\n")
+    let response = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+    let status = Int(response.split(separator: " ").dropFirst().first ?? "") ?? 0
+    let body = response.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
+    return HTTPResult(status: status, body: body)
+}

@@ -1,0 +1,81 @@
+import Foundation
+import Logging
+import NIOCore
+import Relay
+import Testing
+import TodoStore
+
+@testable import todostreamd
+
+/// Runs the real daemon in-process on port 0 for the duration of `body`, then shuts it down
+/// gracefully and checks that it stopped cleanly.
+func withDaemon(
+    storage: DaemonOptions.Storage = .memory,
+    dataDirectory: String? = nil,
+    store: GroupCommitStore? = nil,
+    _ configure: (inout DaemonOptions) -> Void = { _ in },
+    _ body: (Daemon) async throws -> Void
+) async throws {
+    var options = DaemonOptions()
+    options.storage = storage
+    options.dataDirectory = dataDirectory ?? temporaryDirectory()
+    options.listeners = ListenerConfiguration(
+        tcp: .init(host: "127.0.0.1", port: 0),
+        http: .init(host: "127.0.0.1", port: 0)
+    )
+    configure(&options)
+    var logger = Logger(label: "todostreamd.test")
+    logger.logLevel = .critical
+    let daemon = try await Daemon.start(options, logger: logger, signals: [], store: store)
+    let running = Task { try await daemon.run() }
+    do {
+        try await body(daemon)
+    } catch {
+        await daemon.shutdown()
+        _ = try? await running.value
+        throw error
+    }
+    await daemon.shutdown()
+    try await running.value
+}
+
+func temporaryDirectory() -> String {
+    let path = NSTemporaryDirectory() + "todostream-it-" + UUID().uuidString
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+extension Daemon {
+    var tcpPort: Int { addresses.tcp?.port ?? 0 }
+    var httpPort: Int { addresses.http?.port ?? 0 }
+
+    /// A connected NDJSON client whose hello has been read.
+    func client() async throws -> (TestConnection, hello: [String: Any]) {
+        let connection = try await TestConnection.connect(port: tcpPort)
+        let hello = try await connection.json()
+        return (connection, hello)
+    }
+}
+
+extension TestConnection {
+    /// Creates a todo through the detail flow; returns the broadcast the requester received.
+    func createTodo(_ title: String, id: String = UUID().uuidString) async throws -> [String: Any] {
+        try await send(["type": "RequestNewTodoDetailViewModel", "id": "new-\(id)"])
+        let (fresh, _) = try await json { $0["re"] as? String == "new-\(id)" }
+        var detail = try #require(fresh["payload"] as? [String: Any])
+        detail["title"] = title
+        try await send(["type": "RequestUpdateDetailViewModel", "id": "save-\(id)", "payload": detail])
+        let (saved, _) = try await json { $0["re"] as? String == "save-\(id)" && $0["type"] as? String == "ResponseUpdateDetailViewModel" }
+        #expect(saved["error"] == nil)
+        let (broadcast, _) = try await json { $0["re"] as? String == "save-\(id)" && $0["seq"] != nil }
+        return broadcast
+    }
+}
+
+func todoID(_ frame: [String: Any]) -> String? {
+    ((frame["payload"] as? [String: Any])?["todo"] as? [String: Any])?["id"] as? String
+}
+
+func errorCode(_ frame: [String: Any]) -> String? {
+    (frame["error"] as? [String: Any])?["code"] as? String
+}
