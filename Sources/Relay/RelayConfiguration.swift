@@ -26,6 +26,10 @@ public struct RelayConfiguration: Sendable, Hashable {
     /// Frames per second one connection may send (token bucket), and the burst allowed.
     public var rateLimitPerSecond: Double = 1_000
     public var rateLimitBurst: Double = 2_000
+    /// After the greeting, live broadcasts wait this long (or until the client's first frame)
+    /// so that a client which resumes at once sees replayed and live events strictly in seq
+    /// order. 0 sends live events immediately.
+    public var initialHoldMs: Int = 250
     /// Journal entries fetched per page while resuming.
     public var resumePageSize: Int = 1_000
     /// Seconds an unauthenticated connection may stay idle when auth is required.

@@ -47,8 +47,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var readHeld = false
     private var bucket: TokenBucket
     private var closing = false
-    /// Live output held back while a resume replays the journal (nil when not resuming).
-    private var heldLive: [ByteBuffer]?
+    /// Live output held back while a resume replays the journal, or right after the greeting
+    /// (nil when live output flows).
+    private var heldLive: [(seq: UInt64?, frame: ByteBuffer)]?
+    /// Whether live output is held because the connection just started (see `initialHoldMs`).
+    private var holdingAtStart = false
+    private var resuming = false
     private var heldLiveBytes = 0
     private var helloSeq: UInt64 = 0
     private var needsFlush = false
@@ -129,6 +133,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         write(hello)
         flush()
+        if configuration.initialHoldMs > 0 {
+            heldLive = []
+            holdingAtStart = true
+            let bound = NIOLoopBound(self, eventLoop: loop)
+            loop.scheduleTask(in: .milliseconds(Int64(configuration.initialHoldMs))) { bound.value.releaseStartHold() }
+        }
         if auth.required {
             let seconds = configuration.unauthenticatedIdleSeconds
             let bound = NIOLoopBound(self, eventLoop: loop)
@@ -189,7 +199,19 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
     }
 
+    /// Lets live output flow after the start hold, unless a resume has taken it over.
+    private func releaseStartHold() {
+        guard holdingAtStart, !resuming else { return }
+        holdingAtStart = false
+        let held = heldLive ?? []
+        heldLive = nil
+        heldLiveBytes = 0
+        for item in held { write(item.frame) }
+        flush()
+    }
+
     private func handle(_ event: FrameEvent) {
+        if case .frame = event {} else { releaseStartHold() }
         switch event {
         case .tooLarge:
             sendError(.frameTooLarge, "The frame is larger than \(configuration.maxFrameBytes) bytes; it was dropped.", nil)
@@ -202,10 +224,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func handle(frame bytes: [UInt8]) {
         guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes) else {
+            releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
             return
         }
+        if frame.op.value != "resume" { releaseStartHold() }
         if case .invalid = frame.id {
+            releaseStartHold()
             sendError(.invalidFrame, "id must be a string of 1 to 64 characters or an integer.", nil)
             return
         }
@@ -380,11 +405,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func resume(epoch: String, after: UInt64, re: CorrelationID?) {
         busy = true
-        heldLive = []
-        heldLiveBytes = 0
+        resuming = true
+        // Live broadcasts held since the greeting stay held: they come after the replay.
+        let heldSinceStart = holdingAtStart
+        if heldLive == nil {
+            heldLive = []
+            heldLiveBytes = 0
+        }
         flush()
         let current = services.hub.shard(for: loop)?.lastSeq ?? helloSeq
         let replayThrough = min(helloSeq, current)
+        // Everything up to `covered` is now either replayed or was received live before.
+        let covered = heldSinceStart ? helloSeq : current
         let journal = services.journal
         let pageSize = UInt64(max(1, configuration.resumePageSize))
         let types = self.types
@@ -419,7 +451,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                     guard stillOpen else { return }
                     cursor = upper
                 }
-                loop.execute { bound.value.finishResume(.resumed(from: after + 1, to: max(after, current)), re: re) }
+                loop.execute { bound.value.finishResume(.resumed(from: after + 1, to: max(after, covered)), re: re) }
             } catch {
                 loop.execute { bound.value.finishResume(.failed, re: re) }
             }
@@ -455,10 +487,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case .failed:
             sendError(.unavailable, "The journal cannot be read right now; try again.", re)
         }
+        var skipThrough: UInt64 = 0
+        if case .resumed(let from, _) = outcome { skipThrough = from - 1 }
         let held = heldLive ?? []
         heldLive = nil
         heldLiveBytes = 0
-        for frame in held { write(frame) }
+        holdingAtStart = false
+        resuming = false
+        // Live broadcasts the client already had before (seq <= after) are not sent twice.
+        for item in held where (item.seq ?? .max) > skipThrough { write(item.frame) }
         busy = false
         drain()
     }
@@ -468,7 +505,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Queues a broadcast; returns true when the caller should call `flushBroadcasts` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
         guard !closing else { return false }
-        if hold(frame) { return false }
+        if hold(frame, seq: seq) { return false }
         write(frame)
         if fanOutPending { return false }
         fanOutPending = true
@@ -486,15 +523,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func deliverControl(_ frame: ByteBuffer) {
         guard !closing else { return }
-        if hold(frame) { return }
+        if hold(frame, seq: nil) { return }
         write(frame)
-        if !busy || heldLive == nil { flush() }
+        flush()
     }
 
     /// While resuming, live output waits; returns true when it was held.
-    private func hold(_ frame: ByteBuffer) -> Bool {
+    private func hold(_ frame: ByteBuffer, seq: UInt64?) -> Bool {
         guard heldLive != nil else { return false }
-        heldLive?.append(frame)
+        heldLive?.append((seq, frame))
         heldLiveBytes += frame.readableBytes
         if heldLiveBytes > configuration.maxQueueBytes || (heldLive?.count ?? 0) > configuration.maxQueueFrames {
             slowConsumer()

@@ -1,0 +1,238 @@
+import Foundation
+import NIOCore
+import Relay
+import Testing
+
+@testable import todostreamd
+
+@Suite(.timeLimit(.minutes(3))) struct ResumeTests {
+    @Test func resumeReplaysWhatWasMissedThenGoesLive() async throws {
+        try await withDaemon { daemon in
+            let (writer, _) = try await daemon.client()
+            let (first, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            _ = try await writer.createTodo("one")
+            #expect(try await first.json()["seq"] as? Int == 1)
+            await first.close()
+            _ = try await writer.createTodo("two")
+            _ = try await writer.createTodo("three")
+
+            let (again, _) = try await daemon.client()
+            try await again.send(["op": "resume", "epoch": epoch, "after": 1, "id": "r"])
+            let replayed = [try await again.json(), try await again.json()]
+            #expect(replayed.map { $0["seq"] as? Int } == [2, 3])
+            #expect(replayed.allSatisfy { $0["re"] == nil })
+            let resumed = try await again.json()
+            #expect(resumed["op"] as? String == "resumed")
+            #expect(resumed["re"] as? String == "r")
+            #expect(resumed["from"] as? Int == 2)
+            #expect(resumed["to"] as? Int == 3)
+            _ = try await writer.createTodo("four")
+            #expect(try await again.json()["seq"] as? Int == 4)
+        }
+    }
+
+    @Test func replayedFramesAreByteForByteTheLiveOnes() async throws {
+        try await withDaemon(storage: .sqlite) { daemon in
+            let (writer, _) = try await daemon.client()
+            let (watcher, hello) = try await daemon.client()
+            _ = try await writer.createTodo("exact")
+            let live = try await watcher.line()
+            let (again, _) = try await daemon.client()
+            try await again.send(["op": "resume", "epoch": hello["epoch"] as? String ?? "", "after": 0])
+            #expect(try await again.line() == live)
+        }
+    }
+
+    @Test func nothingMissedMeansFromAfterPlusOneToAfter() async throws {
+        try await withDaemon { daemon in
+            let (writer, _) = try await daemon.client()
+            _ = try await writer.createTodo("x")
+            let (client, hello) = try await daemon.client()
+            try await client.send(["op": "resume", "epoch": hello["epoch"] as? String ?? "", "after": 1, "id": 5])
+            let resumed = try await client.json()
+            #expect(resumed["op"] as? String == "resumed")
+            #expect(resumed["from"] as? Int == 2)
+            #expect(resumed["to"] as? Int == 1)
+        }
+    }
+
+    @Test func aForeignEpochOrAFutureSeqIsAGap() async throws {
+        try await withDaemon { daemon in
+            let (writer, _) = try await daemon.client()
+            _ = try await writer.createTodo("x")
+            let (client, hello) = try await daemon.client()
+            try await client.send(["op": "resume", "epoch": "someone-else", "after": 0, "id": "g"])
+            let gap = try await client.json()
+            #expect(gap["op"] as? String == "gap")
+            #expect(gap["re"] as? String == "g")
+            #expect(gap["epoch"] as? String == hello["epoch"] as? String)
+            #expect(gap["seq"] as? Int == 1)
+            try await client.send(["op": "resume", "epoch": hello["epoch"] as? String ?? "", "after": 99, "id": "h"])
+            #expect(try await client.json()["op"] as? String == "gap")
+        }
+    }
+
+    @Test func aPrunedRangeIsAGap() async throws {
+        try await withDaemon(storage: .sqlite, { options in
+            options.retention = .init(maxEntries: 5, maxAgeSeconds: 0)
+            options.maxBatch = 1
+        }) { daemon in
+            let (writer, hello) = try await daemon.client()
+            let created = try await writer.createTodo("churn")
+            for index in 0..<70 {
+                try await writer.send(["type": "RequestToggleCompleteTodoViewModel", "id": "t\(index)", "payload": ["todo": ["id": todoID(created) ?? ""]]])
+                _ = try await writer.json { $0["re"] as? String == "t\(index)" }
+            }
+            let (client, _) = try await daemon.client()
+            try await client.send(["op": "resume", "epoch": hello["epoch"] as? String ?? "", "after": 0, "id": "p"])
+            let gap = try await client.json()
+            #expect(gap["op"] as? String == "gap")
+            #expect(gap["seq"] as? Int == 71)
+        }
+    }
+
+    @Test func resumeWorksAcrossARestart() async throws {
+        let directory = temporaryDirectory()
+        var epoch = ""
+        try await withDaemon(storage: .sqlite, dataDirectory: directory) { daemon in
+            let (writer, hello) = try await daemon.client()
+            epoch = hello["epoch"] as? String ?? ""
+            _ = try await writer.createTodo("before restart 1")
+            _ = try await writer.createTodo("before restart 2")
+        }
+        try await withDaemon(storage: .sqlite, dataDirectory: directory) { daemon in
+            let (client, hello) = try await daemon.client()
+            #expect(hello["epoch"] as? String == epoch)
+            #expect(hello["seq"] as? Int == 2)
+            try await client.send(["op": "resume", "epoch": epoch, "after": 1])
+            #expect(try await client.json()["seq"] as? Int == 2)
+            #expect(try await client.json()["op"] as? String == "resumed")
+        }
+    }
+
+    /// Thousands of writes from several clients while a reader drops and resumes again and
+    /// again: across all its connections it sees every seq exactly once, in order.
+    @Test func resumeUnderConcurrentWritersMissesAndDoublesNothing() async throws {
+        try await withDaemon(storage: .sqlite) { daemon in
+            let (seeder, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            let created = try await seeder.createTodo("contended")
+            let id = try #require(todoID(created))
+            let writers = 4
+            let perWriter = 500
+            let total = 1 + writers * perWriter
+            let writing = Task {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for writerIndex in 0..<writers {
+                        group.addTask {
+                            let (connection, _) = try await daemon.client()
+                            for index in 0..<perWriter {
+                                try await connection.send([
+                                    "type": "RequestToggleCompleteTodoViewModel", "id": "\(writerIndex)-\(index)",
+                                    "payload": ["todo": ["id": id]],
+                                ])
+                                if index % 16 == 15 { _ = try await connection.json { $0["re"] as? String == "\(writerIndex)-\(index)" } }
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            var seen: [Int] = [1]
+            var connection = try await daemon.client().0
+            try await connection.send(["op": "resume", "epoch": epoch, "after": 1])
+            var reconnects = 0
+            while seen.last ?? 0 < total {
+                let frame = try await connection.json()
+                if let seq = frame["seq"] as? Int {
+                    seen.append(seq)
+                    if seq % 300 == 0 {
+                        await connection.close()
+                        reconnects += 1
+                        connection = try await daemon.client().0
+                        try await connection.send(["op": "resume", "epoch": epoch, "after": seq, "id": "r\(reconnects)"])
+                    }
+                } else {
+                    #expect(frame["op"] as? String == "resumed")
+                }
+            }
+            try await writing.value
+            #expect(seen == Array(1...total))
+            #expect(reconnects >= 5)
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct AuthAndTapTests {
+    @Test func theTapSeesModelLayerEventsMarkedWithTheirSession() async throws {
+        try await withDaemon({ $0.auth = AuthConfiguration(tokens: ["tap-secret": .monitor]) }) { daemon in
+            let (tap, hello) = try await daemon.client()
+            #expect(hello["auth"] as? String == "none")
+            try await tap.send(["op": "subscribe", "types": ["ResponseTodos"], "id": "early"])
+            #expect(errorCode(try await tap.json()) == "not_permitted")
+            try await tap.send(["op": "auth", "token": "tap-secret", "id": "a"])
+            let authenticated = try await tap.json()
+            #expect(authenticated["op"] as? String == "authenticated")
+            #expect(authenticated["role"] as? String == "monitor")
+            try await tap.send(["op": "subscribe", "types": ["*"], "id": "s"])
+            #expect(try await tap.json()["op"] as? String == "subscribed")
+
+            let (view, viewHello) = try await daemon.client()
+            try await view.send(["type": "RequestTodoViewModels", "id": "l"])
+            _ = try await view.json()
+            var names: [String] = []
+            var sessions: Set<String> = []
+            while names.count < 4 {
+                let frame = try await tap.json()
+                names.append(frame["type"] as? String ?? "?")
+                sessions.insert(frame["session"] as? String ?? "?")
+            }
+            #expect(names == ["RequestTodoViewModels", "RequestReadTodos", "ResponseTodos", "ResponseTodoViewModels"])
+            #expect(sessions == [viewHello["session"] as? String ?? ""])
+
+            try await tap.send(["type": "RequestTodoViewModels", "id": "p"])
+            #expect(errorCode(try await tap.json()) == "not_permitted")
+        }
+    }
+
+    @Test func requiredAuthGatesEverythingButPingAndClosesAfterThreeBadTokens() async throws {
+        try await withDaemon({ $0.auth = AuthConfiguration(tokens: ["view-secret": .view]) }) { daemon in
+            let (client, hello) = try await daemon.client()
+            #expect(hello["auth"] as? String == "required")
+            try await client.send(["type": "RequestTodoViewModels", "id": 1])
+            #expect(errorCode(try await client.json()) == "unauthorized")
+            try await client.send(["op": "subscribe", "types": ["*"], "id": 2])
+            #expect(errorCode(try await client.json()) == "unauthorized")
+            try await client.send(["op": "ping", "id": 3])
+            #expect(try await client.json()["op"] as? String == "pong")
+            try await client.send(["op": "auth", "token": "view-secret", "id": 4])
+            #expect(try await client.json()["role"] as? String == "view")
+            try await client.send(["type": "RequestTodoViewModels", "id": 5])
+            #expect(try await client.json()["type"] as? String == "ResponseTodoViewModels")
+
+            let (stranger, _) = try await daemon.client()
+            for attempt in 1...3 {
+                try await stranger.send(["op": "auth", "token": "guess\(attempt)", "id": attempt])
+                #expect(errorCode(try await stranger.json()) == "unauthorized")
+            }
+            _ = try await stranger.waitForClose()
+        }
+    }
+
+    @Test func theRateLimitAnswersRateLimitedAndKeepsTheConnection() async throws {
+        try await withDaemon({ options in
+            options.relay.rateLimitPerSecond = 1
+            options.relay.rateLimitBurst = 3
+        }) { daemon in
+            let (client, _) = try await daemon.client()
+            for index in 0..<5 { try await client.send(["op": "ping", "id": index]) }
+            var codes: [String] = []
+            for _ in 0..<5 {
+                let frame = try await client.json()
+                codes.append(frame["op"] as? String == "pong" ? "pong" : errorCode(frame) ?? "?")
+            }
+            #expect(codes == ["pong", "pong", "pong", "rate_limited", "rate_limited"])
+        }
+    }
+}
