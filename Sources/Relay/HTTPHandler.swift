@@ -1,8 +1,9 @@
 import EventStream
-typealias EventStreamJSON = JSONWriter
 import Foundation
 import NIOCore
 import NIOHTTP1
+
+typealias EventStreamJSON = JSONWriter
 
 /// What `/healthz` reports.
 public struct HealthReport: Sendable {
@@ -51,7 +52,14 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
         guard head.method == .GET || head.method == .HEAD else {
-            return respond(context, head, .methodNotAllowed, "text/plain; charset=utf-8", Array("Only GET is supported.\n".utf8), extra: [("Allow", "GET, HEAD")])
+            return respond(
+                context,
+                head,
+                .methodNotAllowed,
+                "text/plain; charset=utf-8",
+                Array("Only GET is supported.\n".utf8),
+                extra: [("Allow", "GET, HEAD")]
+            )
         }
         if path == "/healthz" {
             let health = self.health
@@ -63,7 +71,13 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     let (handler, context) = bound.value
                     var writer = JSONWriterProxy()
                     let body = writer.health(report)
-                    handler.respond(context, head, report.storageOK ? .ok : .serviceUnavailable, "application/json", body)
+                    handler.respond(
+                        context,
+                        head,
+                        report.storageOK ? .ok : .serviceUnavailable,
+                        "application/json",
+                        body
+                    )
                 }
             }
             return
@@ -83,8 +97,14 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         if path == "/events" {
             return respond(
-                context, head, .upgradeRequired, "text/plain; charset=utf-8",
-                Array("/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket).\n".utf8),
+                context,
+                head,
+                .upgradeRequired,
+                "text/plain; charset=utf-8",
+                Array(
+                    "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket).\n"
+                        .utf8
+                ),
                 extra: [("Upgrade", "websocket")]
             )
         }

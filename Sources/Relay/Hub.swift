@@ -115,7 +115,13 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     }
 
     /// Updates a session's place in its shard's type index.
-    func updateSubscriptions(_ session: SessionHandler<Codec>, from old: TypeSet, to new: TypeSet, monitor wasMonitor: Bool, isMonitor: Bool) {
+    func updateSubscriptions(
+        _ session: SessionHandler<Codec>,
+        from old: TypeSet,
+        to new: TypeSet,
+        monitor wasMonitor: Bool,
+        isMonitor: Bool
+    ) {
         guard let shard = shard(for: session.loop) else { return }
         shard.reindex(session, from: old, to: new, wasMonitor: wasMonitor, isMonitor: isMonitor)
         if wasMonitor != isMonitor { monitorCount.withLockedValue { $0 += isMonitor ? 1 : -1 } }
@@ -134,7 +140,13 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 origin.correlation == nil
                 ? plain : OutboundFrame.event(seq: seq, type: name, correlation: origin.correlation, body: body)
             publishBroadcast(
-                BroadcastFrame(seq: seq, typeIndex: typeIndex, plain: plain, origin: origin.session, originCopy: originCopy)
+                BroadcastFrame(
+                    seq: seq,
+                    typeIndex: typeIndex,
+                    plain: plain,
+                    origin: origin.session,
+                    originCopy: originCopy
+                )
             )
         case .reply:
             let body = codec.encodeBody(event)
@@ -214,7 +226,13 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         self.lastSeq = head
     }
 
-    func reindex(_ session: SessionHandler<Codec>, from old: TypeSet, to new: TypeSet, wasMonitor: Bool, isMonitor: Bool) {
+    func reindex(
+        _ session: SessionHandler<Codec>,
+        from old: TypeSet,
+        to new: TypeSet,
+        wasMonitor: Bool,
+        isMonitor: Bool
+    ) {
         for index in byType.indices {
             if old.contains(index) {
                 byType[index][session.id] = nil

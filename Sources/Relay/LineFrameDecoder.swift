@@ -53,7 +53,11 @@ struct LineFrameDecoder: ByteToMessageDecoder {
         return .needMoreData
     }
 
-    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+    mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
         // A last line without its newline is still a frame.
         while try decode(context: context, buffer: &buffer) == .continue {}
         if !discarding, buffer.readableBytes > 0 {

@@ -68,7 +68,11 @@ enum OutboundFrame {
     }
 
     /// `{"op":NAME,"re":R, …fields}`.
-    static func op(_ name: String, correlation: CorrelationID?, _ fields: (inout JSONWriter) -> Void = { _ in }) -> ByteBuffer {
+    static func op(
+        _ name: String,
+        correlation: CorrelationID?,
+        _ fields: (inout JSONWriter) -> Void = { _ in }
+    ) -> ByteBuffer {
         var writer = JSONWriter()
         writer.beginObject()
         writer.field("op", name)

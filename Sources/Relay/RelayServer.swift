@@ -294,7 +294,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         guard let origin = headers.first(name: "Origin") else { return true }
         if allowed.contains("*") || allowed.contains(origin) { return true }
         guard allowed.isEmpty, let host = headers.first(name: "Host") else { return false }
-        let originHost = origin.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(String.init)
+        let originHost = origin.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(
+            String.init
+        )
         return originHost?.lowercased() == host.lowercased()
     }
 

@@ -146,7 +146,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 let session = bound.value
                 guard !session.authenticated else { return }
                 session.closeAfter(
-                    OutboundFrame.error(.unauthorized, "No valid token within \(seconds) seconds; closing.", correlation: nil)
+                    OutboundFrame.error(
+                        .unauthorized,
+                        "No valid token within \(seconds) seconds; closing.",
+                        correlation: nil
+                    )
                 )
             }
         }
@@ -214,7 +218,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if case .frame = event {} else { releaseStartHold() }
         switch event {
         case .tooLarge:
-            sendError(.frameTooLarge, "The frame is larger than \(configuration.maxFrameBytes) bytes; it was dropped.", nil)
+            sendError(
+                .frameTooLarge,
+                "The frame is larger than \(configuration.maxFrameBytes) bytes; it was dropped.",
+                nil
+            )
         case .binary:
             sendError(.unsupportedFrame, "Binary messages are not supported; send JSON as text messages.", nil)
         case .frame(let buffer):
@@ -335,7 +343,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         var requested: [TypePattern] = []
         for name in names {
             guard let pattern = TypePattern(name) else {
-                sendError(.invalidFrame, "\"\(name.prefix(80))\" is not an event type name or a pattern ending in *.", re)
+                sendError(
+                    .invalidFrame,
+                    "\"\(name.prefix(80))\" is not an event type name or a pattern ending in *.",
+                    re
+                )
                 return
             }
             switch catalog.resolve(pattern, for: role) {
@@ -360,9 +372,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             next.removeAll { requested.contains($0) }
         }
         applySubscriptions(next, role: role)
-        write(OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
-            OutboundFrame.stringArray(&writer, "types", next.map(\.text))
-        })
+        write(
+            OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
+                OutboundFrame.stringArray(&writer, "types", next.map(\.text))
+            }
+        )
     }
 
     private func applySubscriptions(_ next: [TypePattern], role nextRole: Role) {
@@ -388,7 +402,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard let granted = auth.role(for: token), auth.required || granted == .monitor else {
             badTokens += 1
             if badTokens >= 3 {
-                closeAfter(OutboundFrame.error(.unauthorized, "The token is not valid. Too many bad tokens; closing.", correlation: re))
+                closeAfter(
+                    OutboundFrame.error(
+                        .unauthorized,
+                        "The token is not valid. Too many bad tokens; closing.",
+                        correlation: re
+                    )
+                )
             } else {
                 sendError(.unauthorized, "The token is not valid.", re)
             }
@@ -445,7 +465,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                     }
                     let frames: [ByteBuffer] = entries.compactMap { entry in
                         guard let index = catalog.index(of: entry.type), types.contains(index) else { return nil }
-                        return OutboundFrame.event(seq: entry.seq, type: entry.type, correlation: nil, body: .payload(entry.payload))
+                        return OutboundFrame.event(
+                            seq: entry.seq,
+                            type: entry.type,
+                            correlation: nil,
+                            body: .payload(entry.payload)
+                        )
                     }
                     let stillOpen = try await loop.submit { bound.value.writeReplayed(frames) }.get()
                     guard stillOpen else { return }
@@ -475,15 +500,19 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func finishResume(_ outcome: ResumeOutcome, re: CorrelationID?) {
         switch outcome {
         case .resumed(let from, let to):
-            write(OutboundFrame.op("resumed", correlation: re) { writer in
-                writer.field("from", from)
-                writer.field("to", to)
-            })
+            write(
+                OutboundFrame.op("resumed", correlation: re) { writer in
+                    writer.field("from", from)
+                    writer.field("to", to)
+                }
+            )
         case .gap(let current):
-            write(OutboundFrame.op("gap", correlation: re) { writer in
-                writer.field("epoch", services.hub.epoch)
-                writer.field("seq", current)
-            })
+            write(
+                OutboundFrame.op("gap", correlation: re) { writer in
+                    writer.field("epoch", services.hub.epoch)
+                    writer.field("seq", current)
+                }
+            )
         case .failed:
             sendError(.unavailable, "The journal cannot be read right now; try again.", re)
         }
@@ -601,7 +630,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Sends `draining` (called at shutdown).
     func sendDraining(reconnectAfterMs: Int) {
-        deliverControl(OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) })
+        deliverControl(
+            OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) }
+        )
         flush()
     }
 

@@ -8,6 +8,9 @@ struct WebAsset: Sendable {
 
 enum WebAssets {
     static let files: [String: WebAsset] = [
-        "/index.html": WebAsset(contentType: "text/html; charset=utf-8", bytes: Array("<!doctype html><title>todostream</title><p>todostream</p>\n".utf8))
+        "/index.html": WebAsset(
+            contentType: "text/html; charset=utf-8",
+            bytes: Array("<!doctype html><title>todostream</title><p>todostream</p>\n".utf8)
+        )
     ]
 }

@@ -34,7 +34,10 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         switch frame.opcode {
         case .ping:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+            context.writeAndFlush(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)),
+                promise: nil
+            )
         case .pong:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
         case .connectionClose:
@@ -134,7 +137,10 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             closeSent = true
             var data = context.channel.allocator.buffer(capacity: 2)
             data.write(webSocketErrorCode: .goingAway)
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: nil)
+            context.writeAndFlush(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)),
+                promise: nil
+            )
         }
         context.close(mode: mode, promise: promise)
     }

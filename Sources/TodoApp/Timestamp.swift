@@ -19,7 +19,8 @@ public struct Timestamp: Sendable, Hashable, Comparable {
         let minute = (msOfDay / 60_000) % 60
         let second = (msOfDay / 1000) % 60
         let milli = msOfDay % 1000
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
+        return
+            "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
     }
 
     /// Howard Hinnant's days-to-civil algorithm.

@@ -66,13 +66,19 @@ public struct ViewModelServer: EventServer {
             case (.update, .success(let saved)):
                 return [
                     Emission(.responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))), .reply),
-                    Emission(.responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))), .broadcast(seq: saved.seq)),
+                    Emission(
+                        .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
+                        .broadcast(seq: saved.seq)
+                    ),
                 ]
             case (.update, .failure(let error)):
                 return [Emission(.responseUpdateDetailViewModel(.failure(error)), .reply)]
             case (_, .success(let saved)):
                 return [
-                    Emission(.responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))), .broadcast(seq: saved.seq))
+                    Emission(
+                        .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
+                        .broadcast(seq: saved.seq)
+                    )
                 ]
             case (_, .failure(let error)):
                 return [Emission(.responseTodoViewModel(.failure(error)), .reply)]
@@ -84,7 +90,10 @@ public struct ViewModelServer: EventServer {
     }
 
     private func write(_ reference: TodoReference, _ change: TodoChange) -> Emission<Event> {
-        Emission(.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: reference.version, change: change)), .internal)
+        Emission(
+            .requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: reference.version, change: change)),
+            .internal
+        )
     }
 }
 

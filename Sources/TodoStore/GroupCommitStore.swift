@@ -19,7 +19,8 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var nextRowID: Int64 = 1
     private var epoch: String
     private var head: UInt64
-    private var pending: [(write: TodoWrite, continuation: CheckedContinuation<Result<SavedTodo, AppError>, Never>)] = []
+    private var pending: [(write: TodoWrite, continuation: CheckedContinuation<Result<SavedTodo, AppError>, Never>)] =
+        []
     private var committing = false
     private var healthy = true
     private var commitsSincePrune = 0
@@ -85,11 +86,20 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             switch item.write.apply(to: stored?.todo, now: time) {
             case .success(let todo):
                 let row: Int64
-                if let stored { row = stored.rowID } else { row = rowID; rowID += 1 }
+                if let stored {
+                    row = stored.rowID
+                } else {
+                    row = rowID
+                    rowID += 1
+                }
                 seq += 1
                 let record = TodoWireCodec.broadcastRecord(for: todo)
                 records.append(
-                    CommitRecord(rowID: row, todo: todo, entry: JournalEntry(seq: seq, type: record.type, payload: record.payload))
+                    CommitRecord(
+                        rowID: row,
+                        todo: todo,
+                        entry: JournalEntry(seq: seq, type: record.type, payload: record.payload)
+                    )
                 )
                 staged[todo.id] = (row, todo)
                 results.append(.success(SavedTodo(todo: todo, seq: seq)))

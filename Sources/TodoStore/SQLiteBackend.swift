@@ -32,12 +32,22 @@ final class SQLiteBackend: StorageBackend {
         logger: Logger
     ) async throws -> SQLiteBackend {
         let path = (directory as NSString).appendingPathComponent(fileName)
-        let writer = try await SQLiteConnection.open(storage: .file(path: path), threadPool: threadPool, logger: logger, on: eventLoop)
+        let writer = try await SQLiteConnection.open(
+            storage: .file(path: path),
+            threadPool: threadPool,
+            logger: logger,
+            on: eventLoop
+        )
         do {
             try await writer.exec("PRAGMA journal_mode=WAL")
             try await writer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
             try await Migrations.run(on: writer)
-            let reader = try await SQLiteConnection.open(storage: .file(path: path), threadPool: threadPool, logger: logger, on: eventLoop)
+            let reader = try await SQLiteConnection.open(
+                storage: .file(path: path),
+                threadPool: threadPool,
+                logger: logger,
+                on: eventLoop
+            )
             try await reader.exec("PRAGMA query_only=1")
             return SQLiteBackend(writer: writer, reader: reader, retention: retention, logger: logger)
         } catch {
@@ -92,7 +102,8 @@ final class SQLiteBackend: StorageBackend {
                 let todo = record.todo
                 todoBinds += [
                     .text(todo.id.uuidString.lowercased()), .integer(SQLiteInt64(record.rowID)),
-                    .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title), .text(todo.subtitle),
+                    .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title),
+                    .text(todo.subtitle),
                     .text(todo.priority.rawValue),
                     todo.completedAt.map { .integer(SQLiteInt64($0.millisecondsSince1970)) } ?? .null,
                     .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
@@ -114,7 +125,10 @@ final class SQLiteBackend: StorageBackend {
                 todoBinds
             )
             let journalValues = Array(repeating: "(?,?,?,?)", count: batch.count).joined(separator: ",")
-            try await writer.exec("INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues)", journalBinds)
+            try await writer.exec(
+                "INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues)",
+                journalBinds
+            )
             try await writer.exec(
                 "INSERT INTO meta (key, value) VALUES ('head', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 [.text(String(last.entry.seq))]
@@ -146,7 +160,11 @@ final class SQLiteBackend: StorageBackend {
             guard let seq = row.column("seq")?.integer, let type = row.column("type")?.string,
                 var payload = row.column("payload")?.blob
             else { return nil }
-            return JournalEntry(seq: UInt64(seq), type: type, payload: payload.readBytes(length: payload.readableBytes) ?? [])
+            return JournalEntry(
+                seq: UInt64(seq),
+                type: type,
+                payload: payload.readBytes(length: payload.readableBytes) ?? []
+            )
         }
     }
 

@@ -6,9 +6,9 @@ import NIOPosix
 import NIOSSL
 import Relay
 import ServiceLifecycle
-import UnixSignals
 import TodoApp
 import TodoStore
+import UnixSignals
 
 /// Everything `serve` needs, from flags (and later a config file).
 struct DaemonOptions: Sendable {
@@ -27,6 +27,10 @@ struct DaemonOptions: Sendable {
     var auth = AuthConfiguration()
     var tlsCertificatePath: String?
     var tlsKeyPath: String?
+    /// PEM CA bundle: when set, TLS clients must present a certificate it signed.
+    var tlsClientCAPath: String?
+    /// Generate (once) a self-signed certificate into the data directory when none is given.
+    var devTLS = false
     var retention = JournalRetention()
     var maxBatch = 256
     var synchronousFull = true
@@ -48,6 +52,7 @@ struct StartupError: Error, CustomStringConvertible {
 
 /// The wired daemon: store, servers, bus, hub and relay.
 final class Daemon: Sendable {
+    let options: DaemonOptions
     let store: GroupCommitStore
     let relay: RelayServer<TodoWireCodec>
     let addresses: BoundAddresses
@@ -56,12 +61,14 @@ final class Daemon: Sendable {
     private let serviceGroup: ServiceGroup
 
     private init(
+        options: DaemonOptions,
         store: GroupCommitStore,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
         signals: [UnixSignal],
         logger: Logger
     ) {
+        self.options = options
         self.store = store
         self.relay = relay
         self.addresses = addresses
@@ -95,9 +102,33 @@ final class Daemon: Sendable {
         let hub = Hub(codec: TodoWireCodec(), epoch: position.epoch, head: position.head, loops: loops)
         let bus = EventBus<Event>(servers: [ViewModelServer(), ModelServer(store: store)], sink: hub)
 
+        var options = options
+        if options.devTLS, options.tlsCertificatePath == nil {
+            for address in [options.listeners.tls, options.listeners.httpTLS ? options.listeners.http : nil].compactMap(
+                { $0 })
+            where !Self.isLoopback(address.host) {
+                throw StartupError(
+                    message:
+                        "--dev-tls is for development on loopback only, not \(address); give --tls-cert and --tls-key"
+                )
+            }
+            do {
+                let files = try DevCertificate.ensure(in: options.dataDirectory)
+                options.tlsCertificatePath = files.certificatePath
+                options.tlsKeyPath = files.keyPath
+                logger.notice(
+                    "using the development certificate",
+                    metadata: ["path": "\(files.certificatePath)", "sha256": "\(files.fingerprint)"]
+                )
+            } catch {
+                throw StartupError(
+                    message: "cannot create the development certificate in \(options.dataDirectory): \(error)"
+                )
+            }
+        }
         var tlsContext: NIOSSLContext?
         if let cert = options.tlsCertificatePath, let key = options.tlsKeyPath {
-            tlsContext = try makeTLSContext(certificatePath: cert, keyPath: key)
+            tlsContext = try makeTLSContext(certificatePath: cert, keyPath: key, clientCAPath: options.tlsClientCAPath)
         }
 
         let settings = RelaySettings(configuration: options.relay, auth: options.auth)
@@ -126,10 +157,21 @@ final class Daemon: Sendable {
             await store.close()
             throw StartupError(message: error.message)
         }
-        return Daemon(store: store, relay: relay, addresses: addresses, signals: signals, logger: logger)
+        return Daemon(
+            options: options,
+            store: store,
+            relay: relay,
+            addresses: addresses,
+            signals: signals,
+            logger: logger
+        )
     }
 
-    private static func openStore(_ options: DaemonOptions, logger: Logger, group: any EventLoopGroup) async throws -> GroupCommitStore {
+    private static func openStore(
+        _ options: DaemonOptions,
+        logger: Logger,
+        group: any EventLoopGroup
+    ) async throws -> GroupCommitStore {
         switch options.storage {
         case .memory:
             return await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
@@ -149,13 +191,27 @@ final class Daemon: Sendable {
         }
     }
 
-    static func makeTLSContext(certificatePath: String, keyPath: String) throws -> NIOSSLContext {
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
+    static func makeTLSContext(certificatePath: String, keyPath: String, clientCAPath: String?) throws -> NIOSSLContext
+    {
         do {
-            let chain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { NIOSSLCertificateSource.certificate($0) }
+            let chain = try NIOSSLCertificate.fromPEMFile(certificatePath).map {
+                NIOSSLCertificateSource.certificate($0)
+            }
             guard !chain.isEmpty else { throw StartupError(message: "no certificate in \(certificatePath)") }
             let key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
-            var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+            var configuration = TLSConfiguration.makeServerConfiguration(
+                certificateChain: chain,
+                privateKey: .privateKey(key)
+            )
             configuration.minimumTLSVersion = .tlsv12
+            if let clientCAPath {
+                configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientCAPath))
+                configuration.certificateVerification = .noHostnameVerification
+            }
             return try NIOSSLContext(configuration: configuration)
         } catch let error as StartupError {
             throw error
@@ -164,10 +220,39 @@ final class Daemon: Sendable {
         }
     }
 
-    /// Serves until SIGTERM/SIGINT (or `shutdown()`), then drains and closes storage.
-    func run() async throws {
+    /// Serves until SIGTERM/SIGINT (or `shutdown()`), then drains and closes storage. SIGHUP
+    /// reloads what can change live.
+    func run(handleHangup: Bool = true) async throws {
+        let hangups = Task {
+            guard handleHangup else { return }
+            for await _ in await UnixSignalsSequence(trapping: .sighup) {
+                reload()
+            }
+        }
+        defer { hangups.cancel() }
         try await serviceGroup.run()
         await store.close()
+    }
+
+    /// Re-reads the TLS certificate and key. A bad new pair is refused, logged, and the old
+    /// one stays in use; existing connections are never dropped.
+    @discardableResult
+    func reload() -> Bool {
+        logger.notice("reloading")
+        guard let cert = options.tlsCertificatePath, let key = options.tlsKeyPath else { return true }
+        do {
+            let context = try Self.makeTLSContext(
+                certificatePath: cert,
+                keyPath: key,
+                clientCAPath: options.tlsClientCAPath
+            )
+            relay.replaceTLSContext(context)
+            logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
+            return true
+        } catch {
+            logger.error("TLS certificate not reloaded; keeping the old one", metadata: ["reason": "\(error)"])
+            return false
+        }
     }
 
     /// Starts a graceful shutdown, as SIGTERM does.

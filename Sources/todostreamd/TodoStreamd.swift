@@ -1,7 +1,7 @@
 import ArgumentParser
+import EventStream
 import Foundation
 import Logging
-import EventStream
 import Relay
 
 @main
@@ -23,13 +23,19 @@ struct Serve: AsyncParsableCommand {
         discussion: "With no options: SQLite under ./todostream-data, NDJSON on 127.0.0.1:7878, HTTP on 127.0.0.1:8080."
     )
 
-    @Option(name: .customLong("data-dir"), help: "Where the database lives (default: $STATE_DIRECTORY, else ./todostream-data).")
+    @Option(
+        name: .customLong("data-dir"),
+        help: "Where the database lives (default: $STATE_DIRECTORY, else ./todostream-data)."
+    )
     var dataDirectory: String?
 
     @Option(help: "NDJSON over TCP: HOST:PORT, or 'off'.")
     var listen: String = "127.0.0.1:7878"
 
-    @Option(name: .customLong("http-listen"), help: "HTTP (web page, /events WebSocket, /healthz, /metrics): HOST:PORT, or 'off'.")
+    @Option(
+        name: .customLong("http-listen"),
+        help: "HTTP (web page, /events WebSocket, /healthz, /metrics): HOST:PORT, or 'off'."
+    )
     var httpListen: String = "127.0.0.1:8080"
 
     @Option(name: .customLong("tls-listen"), help: "NDJSON over TLS: HOST:PORT (needs --tls-cert and --tls-key).")
@@ -41,10 +47,25 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: "PEM private key for TLS.")
     var tlsKey: String?
 
+    @Option(
+        name: .customLong("tls-client-ca"),
+        help: "PEM CA bundle: require TLS clients to present a certificate it signed."
+    )
+    var tlsClientCA: String?
+
+    @Flag(
+        name: .customLong("dev-tls"),
+        help: "With no --tls-cert: generate a self-signed certificate into the data dir (loopback only)."
+    )
+    var devTLS = false
+
     @Flag(name: .customLong("http-tls"), help: "Serve the HTTP listener over TLS (https://, wss://).")
     var httpTLS = false
 
-    @Option(name: .customLong("token"), help: "An access token as ROLE:TOKEN (role view or monitor); repeatable. Any view token makes auth required.")
+    @Option(
+        name: .customLong("token"),
+        help: "An access token as ROLE:TOKEN (role view or monitor); repeatable. Any view token makes auth required."
+    )
     var tokens: [String] = []
 
     @Option(name: .customLong("monitor-token"), help: "A token that grants the monitor role.")
@@ -65,7 +86,10 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Frames per second per connection.")
     var rateLimit: Double = 1_000
 
-    @Option(name: .customLong("port-file"), help: "Once every listener accepts, write the bound ports here as JSON (for scripts using port 0).")
+    @Option(
+        name: .customLong("port-file"),
+        help: "Once every listener accepts, write the bound ports here as JSON (for scripts using port 0)."
+    )
     var portFile: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
@@ -79,12 +103,19 @@ struct Serve: AsyncParsableCommand {
         options.listeners.tls = try tlsListen.flatMap { try address($0, flag: "--tls-listen") }
         options.listeners.httpTLS = httpTLS
         if options.listeners.tls != nil || httpTLS {
-            guard tlsCert != nil, tlsKey != nil else {
-                throw ValidationError("--tls-listen and --http-tls need --tls-cert and --tls-key.")
+            guard (tlsCert != nil && tlsKey != nil) || devTLS else {
+                throw ValidationError(
+                    "--tls-listen and --http-tls need --tls-cert and --tls-key (or --dev-tls on loopback)."
+                )
             }
+        }
+        guard (tlsCert == nil) == (tlsKey == nil) else {
+            throw ValidationError("--tls-cert and --tls-key go together.")
         }
         options.tlsCertificatePath = tlsCert
         options.tlsKeyPath = tlsKey
+        options.tlsClientCAPath = tlsClientCA
+        options.devTLS = devTLS
         guard let engine = DaemonOptions.Storage(rawValue: storage) else {
             throw ValidationError("--storage must be sqlite or memory.")
         }

@@ -38,7 +38,10 @@ struct MapServer: EventServer {
 
     @Test func eventsNoServerObservesOnlyReachTheSink() async {
         let sink = RecordingSink()
-        let bus = EventBus(servers: [MapServer(observes: ["Other"]) { _ in [Emission(TestEvent(name: "X"), .reply)] }], sink: sink)
+        let bus = EventBus(
+            servers: [MapServer(observes: ["Other"]) { _ in [Emission(TestEvent(name: "X"), .reply)] }],
+            sink: sink
+        )
         await bus.publish(TestEvent(name: "Lonely"), origin: Origin(session: SessionID(1), correlation: .integer(3)))
         #expect(sink.names == ["Lonely"])
     }
@@ -59,6 +62,9 @@ struct MapServer: EventServer {
         writer.endArray()
         writer.field("n", -5)
         writer.endObject()
-        #expect(String(decoding: writer.bytes, as: UTF8.self) == #"{"a":"q\"\\\n\t\u0001é","list":[1,false,null,{}],"n":-5}"#)
+        #expect(
+            String(decoding: writer.bytes, as: UTF8.self)
+                == #"{"a":"q\"\\\n\t\u0001é","list":[1,false,null,{}],"n":-5}"#
+        )
     }
 }

@@ -101,7 +101,9 @@ import TodoStore
     @Test func invalidUTF8IsInvalidJSON() async throws {
         try await withDaemon { daemon in
             let (client, _) = try await daemon.client()
-            try await client.sendBytes(Array(#"{"op":"ping","id":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8) + [0x0A])
+            try await client.sendBytes(
+                Array(#"{"op":"ping","id":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8) + [0x0A]
+            )
             #expect(errorCode(try await client.json()) == "invalid_json")
         }
     }
@@ -134,13 +136,17 @@ import TodoStore
         try await withDaemon { daemon in
             let (client, _) = try await daemon.client()
             let unknown = "00000000-0000-0000-0000-000000000000"
-            try await client.send(["type": "RequestToggleCompleteTodoViewModel", "id": "t", "payload": ["todo": ["id": unknown]]])
+            try await client.send([
+                "type": "RequestToggleCompleteTodoViewModel", "id": "t", "payload": ["todo": ["id": unknown]],
+            ])
             let notFound = try await client.json()
             #expect(notFound["type"] as? String == "ResponseTodoViewModel")
             #expect(errorCode(notFound) == "not_found")
             #expect(notFound["seq"] == nil)
 
-            try await client.send(["type": "RequestTodoDetailViewModel", "id": "d", "payload": ["todo": ["id": unknown]]])
+            try await client.send([
+                "type": "RequestTodoDetailViewModel", "id": "d", "payload": ["todo": ["id": unknown]],
+            ])
             let detail = try await client.json()
             #expect(detail["type"] as? String == "ResponseTodoDetailViewModel")
             #expect(errorCode(detail) == "not_found")
@@ -158,7 +164,9 @@ import TodoStore
 
             let created = try await client.createTodo("Versioned")
             let id = try #require(todoID(created))
-            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "c", "payload": ["todo": ["id": id, "version": 9]]])
+            try await client.send([
+                "type": "RequestDeleteTodoViewModel", "id": "c", "payload": ["todo": ["id": id, "version": 9]],
+            ])
             let conflict = try await client.json()
             #expect(errorCode(conflict) == "conflict")
             let current = try #require((conflict["error"] as? [String: Any])?["current"] as? [String: Any])
@@ -172,7 +180,9 @@ import TodoStore
             let (client, _) = try await daemon.client()
             let created = try await client.createTodo("Before the outage")
             faults.failCommits(true)
-            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "x", "payload": ["todo": ["id": todoID(created) ?? ""]]])
+            try await client.send([
+                "type": "RequestDeleteTodoViewModel", "id": "x", "payload": ["todo": ["id": todoID(created) ?? ""]],
+            ])
             let answer = try await client.json()
             #expect(errorCode(answer) == "unavailable")
             #expect(answer["seq"] == nil)
@@ -191,7 +201,9 @@ import TodoStore
             let first = try await client.createTodo("first")
             _ = try await client.createTodo("second")
             _ = try await client.createTodo("third")
-            try await client.send(["type": "RequestDeleteTodoViewModel", "id": "del", "payload": ["todo": ["id": todoID(first) ?? ""]]])
+            try await client.send([
+                "type": "RequestDeleteTodoViewModel", "id": "del", "payload": ["todo": ["id": todoID(first) ?? ""]],
+            ])
             let deleted = try await client.json()
             #expect((deleted["payload"] as? [String: Any])?["deleted"] as? Bool == true)
             try await client.send(["type": "RequestTodoViewModels", "id": "list"])
@@ -209,7 +221,9 @@ import TodoStore
             #expect(unsubscribed["op"] as? String == "unsubscribed")
             #expect(unsubscribed["types"] as? [String] == [])
             _ = try await writer.createTodo("unseen")
-            try await quiet.send(["op": "subscribe", "types": ["ResponseTodoViewModel", "ResponseTodoViewModel"], "id": "s"])
+            try await quiet.send([
+                "op": "subscribe", "types": ["ResponseTodoViewModel", "ResponseTodoViewModel"], "id": "s",
+            ])
             let subscribed = try await quiet.json()
             // The broadcast made while unsubscribed never arrives: the next frame is this answer.
             #expect(subscribed["op"] as? String == "subscribed")
@@ -226,11 +240,13 @@ import TodoStore
     }
 
     @Test func aClientThatNeverReadsIsCutWhileOthersKeepReceiving() async throws {
-        try await withDaemon({ options in
-            options.relay.maxQueueBytes = 64 * 1024
-            options.relay.maxQueueFrames = 512
-            options.relay.socketSendBufferBytes = 4096
-        }) { daemon in
+        try await withDaemon(
+            .custom({ options in
+                options.relay.maxQueueBytes = 64 * 1024
+                options.relay.maxQueueFrames = 512
+                options.relay.socketSendBufferBytes = 4096
+            })
+        ) { daemon in
             let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096, autoRead: false)
             let (reader, _) = try await daemon.client()
             let (writer, _) = try await daemon.client()
@@ -239,7 +255,9 @@ import TodoStore
             _ = try await reader.json()
             let count = 600
             for index in 0..<count {
-                try await writer.send(["type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]]])
+                try await writer.send([
+                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+                ])
             }
             var last = 0
             for _ in 0..<count {

@@ -74,14 +74,21 @@ import Testing
     }
 
     @Test func aPrunedRangeIsAGap() async throws {
-        try await withDaemon(storage: .sqlite, { options in
-            options.retention = .init(maxEntries: 5, maxAgeSeconds: 0)
-            options.maxBatch = 1
-        }) { daemon in
+        try await withDaemon(
+            storage: .sqlite,
+            .custom({ options in
+                options.retention = .init(maxEntries: 5, maxAgeSeconds: 0)
+                options.maxBatch = 1
+            }
+            )
+        ) { daemon in
             let (writer, hello) = try await daemon.client()
             let created = try await writer.createTodo("churn")
             for index in 0..<70 {
-                try await writer.send(["type": "RequestToggleCompleteTodoViewModel", "id": "t\(index)", "payload": ["todo": ["id": todoID(created) ?? ""]]])
+                try await writer.send([
+                    "type": "RequestToggleCompleteTodoViewModel", "id": "t\(index)",
+                    "payload": ["todo": ["id": todoID(created) ?? ""]],
+                ])
                 _ = try await writer.json { $0["re"] as? String == "t\(index)" }
             }
             let (client, _) = try await daemon.client()
@@ -132,7 +139,9 @@ import Testing
                                     "type": "RequestToggleCompleteTodoViewModel", "id": "\(writerIndex)-\(index)",
                                     "payload": ["todo": ["id": id]],
                                 ])
-                                if index % 16 == 15 { _ = try await connection.json { $0["re"] as? String == "\(writerIndex)-\(index)" } }
+                                if index % 16 == 15 {
+                                    _ = try await connection.json { $0["re"] as? String == "\(writerIndex)-\(index)" }
+                                }
                             }
                         }
                     }
@@ -151,7 +160,9 @@ import Testing
                         await connection.close()
                         reconnects += 1
                         connection = try await daemon.client().0
-                        try await connection.send(["op": "resume", "epoch": epoch, "after": seq, "id": "r\(reconnects)"])
+                        try await connection.send([
+                            "op": "resume", "epoch": epoch, "after": seq, "id": "r\(reconnects)",
+                        ])
                     }
                 } else {
                     #expect(frame["op"] as? String == "resumed")
@@ -166,7 +177,7 @@ import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct AuthAndTapTests {
     @Test func theTapSeesModelLayerEventsMarkedWithTheirSession() async throws {
-        try await withDaemon({ $0.auth = AuthConfiguration(tokens: ["tap-secret": .monitor]) }) { daemon in
+        try await withDaemon(.custom({ $0.auth = AuthConfiguration(tokens: ["tap-secret": .monitor]) })) { daemon in
             let (tap, hello) = try await daemon.client()
             #expect(hello["auth"] as? String == "none")
             try await tap.send(["op": "subscribe", "types": ["ResponseTodos"], "id": "early"])
@@ -197,7 +208,7 @@ import Testing
     }
 
     @Test func requiredAuthGatesEverythingButPingAndClosesAfterThreeBadTokens() async throws {
-        try await withDaemon({ $0.auth = AuthConfiguration(tokens: ["view-secret": .view]) }) { daemon in
+        try await withDaemon(.custom({ $0.auth = AuthConfiguration(tokens: ["view-secret": .view]) })) { daemon in
             let (client, hello) = try await daemon.client()
             #expect(hello["auth"] as? String == "required")
             try await client.send(["type": "RequestTodoViewModels", "id": 1])
@@ -221,10 +232,12 @@ import Testing
     }
 
     @Test func theRateLimitAnswersRateLimitedAndKeepsTheConnection() async throws {
-        try await withDaemon({ options in
-            options.relay.rateLimitPerSecond = 1
-            options.relay.rateLimitBurst = 3
-        }) { daemon in
+        try await withDaemon(
+            .custom({ options in
+                options.relay.rateLimitPerSecond = 1
+                options.relay.rateLimitBurst = 3
+            })
+        ) { daemon in
             let (client, _) = try await daemon.client()
             for index in 0..<5 { try await client.send(["op": "ping", "id": index]) }
             var codes: [String] = []

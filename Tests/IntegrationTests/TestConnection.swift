@@ -79,7 +79,10 @@ final class TestConnection: Sendable {
     }
 
     /// Reads frames until one satisfies `match`; returns it and everything skipped before it.
-    func json(until match: ([String: Any]) -> Bool, timeout: TimeAmount = .seconds(10)) async throws -> (
+    func json(
+        until match: ([String: Any]) -> Bool,
+        timeout: TimeAmount = .seconds(10)
+    ) async throws -> (
         [String: Any], skipped: [[String: Any]]
     ) {
         var skipped: [[String: Any]] = []
@@ -97,7 +100,8 @@ final class TestConnection: Sendable {
     func bytes(through separator: [UInt8], timeout: TimeAmount = .seconds(10)) async throws -> [UInt8] {
         try await inbox.take(timeout: timeout, on: channel.eventLoop) { buffer in
             guard buffer.count >= separator.count else { return nil }
-            for start in 0...(buffer.count - separator.count) where Array(buffer[start..<(start + separator.count)]) == separator {
+            for start in 0...(buffer.count - separator.count)
+            where Array(buffer[start..<(start + separator.count)]) == separator {
                 return start + separator.count
             }
             return nil

@@ -13,7 +13,7 @@ func withDaemon(
     storage: DaemonOptions.Storage = .memory,
     dataDirectory: String? = nil,
     store: GroupCommitStore? = nil,
-    _ configure: (inout DaemonOptions) -> Void = { _ in },
+    _ setup: DaemonSetup = DaemonSetup(),
     _ body: (Daemon) async throws -> Void
 ) async throws {
     var options = DaemonOptions()
@@ -23,7 +23,7 @@ func withDaemon(
         tcp: .init(host: "127.0.0.1", port: 0),
         http: .init(host: "127.0.0.1", port: 0)
     )
-    configure(&options)
+    setup.apply(&options)
     var logger = Logger(label: "todostreamd.test")
     logger.logLevel = .critical
     let daemon = try await Daemon.start(options, logger: logger, signals: [], store: store)
@@ -37,6 +37,15 @@ func withDaemon(
     }
     await daemon.shutdown()
     try await running.value
+}
+
+/// Changes a test makes to the daemon's default options.
+struct DaemonSetup {
+    var apply: (inout DaemonOptions) -> Void = { _ in }
+
+    static func custom(_ apply: @escaping (inout DaemonOptions) -> Void) -> DaemonSetup {
+        DaemonSetup(apply: apply)
+    }
 }
 
 func temporaryDirectory() -> String {
@@ -65,7 +74,9 @@ extension TestConnection {
         var detail = try #require(fresh["payload"] as? [String: Any])
         detail["title"] = title
         try await send(["type": "RequestUpdateDetailViewModel", "id": "save-\(id)", "payload": detail])
-        let (saved, _) = try await json { $0["re"] as? String == "save-\(id)" && $0["type"] as? String == "ResponseUpdateDetailViewModel" }
+        let (saved, _) = try await json {
+            $0["re"] as? String == "save-\(id)" && $0["type"] as? String == "ResponseUpdateDetailViewModel"
+        }
         #expect(saved["error"] == nil)
         let (broadcast, _) = try await json { $0["re"] as? String == "save-\(id)" && $0["seq"] != nil }
         return broadcast

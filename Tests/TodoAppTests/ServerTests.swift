@@ -104,15 +104,24 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
 
     @Test func savedWritesBroadcastWithTheirSeq() async {
         let saved = SavedTodo(todo: stored(4), seq: 42)
-        let toggle = await server.handle(.responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .toggleComplete), .success(saved)))
+        let toggle = await server.handle(
+            .responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .toggleComplete), .success(saved))
+        )
         #expect(toggle.map(\.scope) == [.broadcast(seq: 42)])
-        let update = await server.handle(.responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .update(TodoEdit())), .success(saved)))
+        let update = await server.handle(
+            .responseTodo(
+                TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .update(TodoEdit())),
+                .success(saved)
+            )
+        )
         #expect(update.map(\.event.name) == ["ResponseUpdateDetailViewModel", "ResponseTodoViewModel"])
         #expect(update.map(\.scope) == [.reply, .broadcast(seq: 42)])
     }
 
     @Test func failedWritesAreRepliesOnly() async {
-        let failed = await server.handle(.responseTodo(TodoWrite(id: UUID(), expectedVersion: nil, change: .delete), .failure(.unavailable)))
+        let failed = await server.handle(
+            .responseTodo(TodoWrite(id: UUID(), expectedVersion: nil, change: .delete), .failure(.unavailable))
+        )
         #expect(failed.map(\.event) == [.responseTodoViewModel(.failure(.unavailable))])
         #expect(failed.map(\.scope) == [.reply])
     }
@@ -123,10 +132,15 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         let store = FakeStore([stored()])
         let server = ModelServer(store: store)
         let read = ReadTodos(id: nil, purpose: .list)
-        #expect(await server.handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .success([stored()]))])
+        #expect(
+            await server.handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .success([stored()]))]
+        )
         let write = TodoWrite(id: stored().id, expectedVersion: nil, change: .delete)
         let out = await server.handle(.requestWriteTodo(write))
-        guard case .responseTodo(_, .success(let saved)) = out.first?.event else { Issue.record("expected a saved todo"); return }
+        guard case .responseTodo(_, .success(let saved)) = out.first?.event else {
+            Issue.record("expected a saved todo")
+            return
+        }
         #expect(saved.todo.deleted)
         #expect(saved.seq == 1)
     }
@@ -135,7 +149,11 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         let store = FakeStore()
         await store.setFail(true)
         let read = ReadTodos(id: nil, purpose: .list)
-        #expect(await ModelServer(store: store).handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .failure(.unavailable))])
+        #expect(
+            await ModelServer(store: store).handle(.requestReadTodos(read)).map(\.event) == [
+                .responseTodos(read, .failure(.unavailable))
+            ]
+        )
     }
 }
 
@@ -150,19 +168,34 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
 
     @Test func requestTodoViewModels() async {
         let recorder = await run(.requestTodoViewModels, store: FakeStore([stored()]))
-        #expect(recorder.names == ["RequestTodoViewModels", "RequestReadTodos", "ResponseTodos", "ResponseTodoViewModels"])
+        #expect(
+            recorder.names == ["RequestTodoViewModels", "RequestReadTodos", "ResponseTodos", "ResponseTodoViewModels"]
+        )
         #expect(recorder.all.last?.0 == .responseTodoViewModels(.success([TodoViewModel(todo: stored())])))
     }
 
     @Test func requestToggleCompleteTodoViewModel() async {
-        let recorder = await run(.requestToggleCompleteTodoViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
-        #expect(recorder.names == ["RequestToggleCompleteTodoViewModel", "RequestWriteTodo", "ResponseTodo", "ResponseTodoViewModel"])
+        let recorder = await run(
+            .requestToggleCompleteTodoViewModel(TodoReference(id: stored().id)),
+            store: FakeStore([stored()])
+        )
+        #expect(
+            recorder.names == [
+                "RequestToggleCompleteTodoViewModel", "RequestWriteTodo", "ResponseTodo", "ResponseTodoViewModel",
+            ]
+        )
         #expect(recorder.all.last?.1 == .broadcast(seq: 1))
     }
 
     @Test func requestDeleteTodoViewModel() async {
-        let recorder = await run(.requestDeleteTodoViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
-        guard case .responseTodoViewModel(.success(let viewModel)) = recorder.all.last?.0 else { Issue.record("no response"); return }
+        let recorder = await run(
+            .requestDeleteTodoViewModel(TodoReference(id: stored().id)),
+            store: FakeStore([stored()])
+        )
+        guard case .responseTodoViewModel(.success(let viewModel)) = recorder.all.last?.0 else {
+            Issue.record("no response")
+            return
+        }
         #expect(viewModel.deleted)
     }
 
@@ -172,13 +205,19 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
     }
 
     @Test func requestTodoDetailViewModel() async {
-        let recorder = await run(.requestTodoDetailViewModel(TodoReference(id: stored().id)), store: FakeStore([stored()]))
+        let recorder = await run(
+            .requestTodoDetailViewModel(TodoReference(id: stored().id)),
+            store: FakeStore([stored()])
+        )
         #expect(recorder.all.last?.0 == .responseTodoDetailViewModel(.success(TodoDetailViewModel(todo: stored()))))
     }
 
     @Test func requestUpdateDetailViewModel() async {
         let id = UUID()
-        let input = TodoDetailInput(todo: TodoReference(id: id, version: 0), edit: TodoEdit(title: "Call mum", priority: .high))
+        let input = TodoDetailInput(
+            todo: TodoReference(id: id, version: 0),
+            edit: TodoEdit(title: "Call mum", priority: .high)
+        )
         let recorder = await run(.requestUpdateDetailViewModel(input), store: FakeStore())
         #expect(recorder.names.suffix(2) == ["ResponseUpdateDetailViewModel", "ResponseTodoViewModel"])
         #expect(recorder.all.map(\.1).suffix(2) == [.reply, .broadcast(seq: 1)])

@@ -40,7 +40,10 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
     @Test func aStaleVersionConflictsAndCarriesTheCurrentTodo() {
         let todo = stored()
         let result = TodoWrite(id: todo.id, expectedVersion: 2, change: .delete).apply(to: todo, now: t1)
-        guard case .failure(let error) = result else { Issue.record("expected conflict"); return }
+        guard case .failure(let error) = result else {
+            Issue.record("expected conflict")
+            return
+        }
         #expect(error.code == .conflict)
         #expect(error.current == TodoViewModel(todo: todo))
     }
@@ -48,13 +51,26 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
     @Test func unknownIdsAreNotFoundExceptForAFreshSave() throws {
         let id = UUID()
         for change in [TodoChange.toggleComplete, .delete] {
-            guard case .failure(let error) = TodoWrite(id: id, expectedVersion: nil, change: change).apply(to: nil, now: t1)
-            else { Issue.record("expected not_found"); continue }
+            guard
+                case .failure(let error) = TodoWrite(id: id, expectedVersion: nil, change: change).apply(
+                    to: nil,
+                    now: t1
+                )
+            else {
+                Issue.record("expected not_found")
+                continue
+            }
             #expect(error.code == .notFound)
         }
-        let staleSave = TodoWrite(id: id, expectedVersion: 4, change: .update(TodoEdit(title: "x"))).apply(to: nil, now: t1)
+        let staleSave = TodoWrite(id: id, expectedVersion: 4, change: .update(TodoEdit(title: "x"))).apply(
+            to: nil,
+            now: t1
+        )
         #expect((try? staleSave.get()) == nil)
-        let created = try TodoWrite(id: id, expectedVersion: 0, change: .update(TodoEdit(title: " New "))).apply(to: nil, now: t1).get()
+        let created = try TodoWrite(id: id, expectedVersion: 0, change: .update(TodoEdit(title: " New "))).apply(
+            to: nil,
+            now: t1
+        ).get()
         #expect(created.title == "New")
         #expect(created.createdAt == t1)
         #expect(created.version == 1)
@@ -73,15 +89,24 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
 
     @Test(arguments: ["", "   ", "\n\t "])
     func blankTitlesFailValidation(_ title: String) {
-        let result = TodoWrite(id: UUID(), expectedVersion: 0, change: .update(TodoEdit(title: title))).apply(to: nil, now: t1)
-        guard case .failure(let error) = result else { Issue.record("expected validation_failed"); return }
+        let result = TodoWrite(id: UUID(), expectedVersion: 0, change: .update(TodoEdit(title: title))).apply(
+            to: nil,
+            now: t1
+        )
+        guard case .failure(let error) = result else {
+            Issue.record("expected validation_failed")
+            return
+        }
         #expect(error.code == .validationFailed)
         #expect(error.field == "title")
         #expect(error.message == "Please add a title.")
     }
 
     @Test func titleLengthCountsUnicodeScalarsAfterTrimming() {
-        #expect((try? Todo.validatedTitle(" " + String(repeating: "é", count: 1000) + " ").get())?.unicodeScalars.count == 1000)
+        #expect(
+            (try? Todo.validatedTitle(" " + String(repeating: "é", count: 1000) + " ").get())?.unicodeScalars.count
+                == 1000
+        )
         #expect((try? Todo.validatedTitle(String(repeating: "a", count: 1001)).get()) == nil)
         #expect((try? Todo.validatedSubtitle(String(repeating: "a", count: 10_001)).get()) == nil)
     }

@@ -33,11 +33,17 @@ import Testing
         #expect(message(#"{"payload":{"todo":{"id":5}}}"#) == "payload.todo.id must be a string.")
         #expect(message(#"{"payload":{"todo":{"id":"nope"}}}"#) == "payload.todo.id must be a UUID string.")
         #expect(
-            message(#"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"priority":"urgent"}}"#, "RequestUpdateDetailViewModel")
+            message(
+                #"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"priority":"urgent"}}"#,
+                "RequestUpdateDetailViewModel"
+            )
                 == "payload.priority must be \"high\" or \"normal\"."
         )
         #expect(
-            message(#"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"completed":"yes"}}"#, "RequestUpdateDetailViewModel")
+            message(
+                #"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"completed":"yes"}}"#,
+                "RequestUpdateDetailViewModel"
+            )
                 == "payload.completed must be true or false."
         )
     }
@@ -47,14 +53,18 @@ import Testing
     }
 
     @Test func encodesTheDocumentedShapes() throws {
-        guard case .payload(let bytes) = codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored())))) else {
+        guard
+            case .payload(let bytes) = codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored()))))
+        else {
             Issue.record("expected a payload")
             return
         }
         let object = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
         #expect(Set(object.keys) == ["todo", "title", "subtitle", "complete", "deleted", "completeActionTitle"])
         let todo = try #require(object["todo"] as? [String: Any])
-        #expect(Set(todo.keys) == ["id", "createdAt", "title", "subtitle", "priority", "completedAt", "deleted", "version"])
+        #expect(
+            Set(todo.keys) == ["id", "createdAt", "title", "subtitle", "priority", "completedAt", "deleted", "version"]
+        )
         #expect(todo["id"] as? String == "6f1c0000-0000-0000-0000-000000000001")
         #expect(todo["completedAt"] is NSNull)
     }
@@ -73,7 +83,10 @@ import Testing
     @Test func theJournalRecordIsTheBroadcastBody() {
         let record = TodoWireCodec.broadcastRecord(for: stored())
         #expect(record.type == "ResponseTodoViewModel")
-        #expect(codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored())))) == .payload(record.payload))
+        #expect(
+            codec.encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: stored()))))
+                == .payload(record.payload)
+        )
     }
 
     @Test func theCatalogHasAll14Events() {

@@ -98,7 +98,10 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         let saved = try await create(store, "kept")
         faults.failCommits(true)
         let failed = await store.write(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .delete))
-        guard case .failure(let error) = failed else { Issue.record("expected unavailable"); return }
+        guard case .failure(let error) = failed else {
+            Issue.record("expected unavailable")
+            return
+        }
         #expect(error.code == .unavailable)
         #expect(await store.isHealthy == false)
         #expect(try await store.readTodos(id: nil).first?.deleted == false)
