@@ -25,7 +25,11 @@ enum DevCertificate {
                 attributes: [.posixPermissions: 0o700]
             )
             let (certificatePEM, keyPEM) = try generate()
-            manager.createFile(atPath: keyPath, contents: Data(keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+            guard
+                manager.createFile(atPath: keyPath, contents: Data(keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+            else {
+                throw CocoaError(.fileWriteUnknown)
+            }
             try Data(certificatePEM.utf8).write(to: URL(fileURLWithPath: certificatePath))
         }
         let pem = try String(contentsOfFile: certificatePath, encoding: .utf8)
