@@ -31,6 +31,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     private let counters = NIOLockedValueBox(Counters())
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
     let monitorCount = NIOLockedValueBox(0)
+    public let metrics = RelayMetrics()
 
     struct SessionEntry {
         let loop: any EventLoop
@@ -163,6 +164,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 
     /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
     func publishBroadcast(_ frame: BroadcastFrame) {
+        metrics.broadcast()
         orderer.withLockedValue { orderer in
             let released = orderer.accept(seq: frame.seq, frame)
             guard !released.isEmpty else { return }

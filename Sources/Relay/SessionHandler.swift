@@ -118,6 +118,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         started = true
         helloSeq = services.hub.register(self)
         registered = true
+        services.hub.metrics.connected(transport)
         let auth = services.settings.auth
         authenticated = !auth.required
         if authenticated { applySubscriptions(patterns, role: .view) }
@@ -167,6 +168,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             services.hub.updateSubscriptions(self, from: types, to: TypeSet(), monitor: true, isMonitor: false)
         }
         services.hub.unregister(self)
+        services.hub.metrics.disconnected(transport)
         logger.debug("session ended")
     }
 
@@ -231,6 +233,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(frame bytes: [UInt8]) {
+        services.hub.metrics.frameIn()
         guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes) else {
             releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
@@ -296,6 +299,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.invalidPayload, error.message, re)
             return
         }
+        services.hub.metrics.request(type: name)
         busy = true
         flush()
         let origin = Origin(session: id, correlation: re)
@@ -500,6 +504,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func finishResume(_ outcome: ResumeOutcome, re: CorrelationID?) {
         switch outcome {
         case .resumed(let from, let to):
+            services.hub.metrics.resumed(gap: false)
             write(
                 OutboundFrame.op("resumed", correlation: re) { writer in
                     writer.field("from", from)
@@ -507,6 +512,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 }
             )
         case .gap(let current):
+            services.hub.metrics.resumed(gap: true)
             write(
                 OutboundFrame.op("gap", correlation: re) { writer in
                     writer.field("epoch", services.hub.epoch)
@@ -569,6 +575,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func sendError(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) {
+        services.hub.metrics.error(code)
         write(OutboundFrame.error(code, message, correlation: re))
     }
 
@@ -602,6 +609,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func slowConsumer() {
         guard !closing, let context else { return }
         logger.info("closing slow consumer")
+        services.hub.metrics.slowConsumer()
         closing = true
         let frame = OutboundFrame.error(
             .slowConsumer,

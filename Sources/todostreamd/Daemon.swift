@@ -148,6 +148,17 @@ final class Daemon: Sendable {
                     epoch: hub.epoch
                 )
             },
+            metrics: {
+                let storeHealthy = await store.isHealthy
+                return hub.metrics.render(
+                    seq: hub.seq,
+                    extra: [
+                        "# HELP todostream_storage_up Whether the last storage commit succeeded.",
+                        "# TYPE todostream_storage_up gauge",
+                        "todostream_storage_up \(storeHealthy ? 1 : 0)",
+                    ]
+                )
+            },
             logger: logger
         )
         let addresses: BoundAddresses

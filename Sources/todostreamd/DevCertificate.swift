@@ -58,8 +58,9 @@ enum DevCertificate {
             subject: name,
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                KeyUsage(digitalSignature: true)
+                // Its own trust anchor: clients pin it with -CAfile / trustRoots.
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(digitalSignature: true, keyCertSign: true))
                 try ExtendedKeyUsage([.serverAuth])
                 SubjectAlternativeNames([
                     .dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1])),

@@ -248,6 +248,7 @@ private final class InboxHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        print("TEST CONNECTION ERROR: \(error)")
         context.close(promise: nil)
     }
 }

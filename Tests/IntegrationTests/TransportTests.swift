@@ -1,0 +1,253 @@
+import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOSSL
+import Relay
+import Testing
+
+@testable import Relay
+@testable import todostreamd
+
+/// A WebSocket client made of raw RFC 6455 frames over a `TestConnection`.
+struct RawWebSocket {
+    let connection: TestConnection
+
+    static func open(port: Int, origin: String? = nil) async throws -> (RawWebSocket?, status: String) {
+        let connection = try await TestConnection.connect(port: port)
+        var request = "GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        if let origin { request += "Origin: \(origin)\r\n" }
+        try await connection.send(request + "\r\n")
+        let head = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+        let status = String(head.split(separator: "\r\n").first ?? "")
+        guard status.contains(" 101 ") else { return (nil, status) }
+        return (RawWebSocket(connection: connection), status)
+    }
+
+    func send(opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true, rsv: UInt8 = 0) async throws {
+        var frame: [UInt8] = [(fin ? 0x80 : 0) | rsv | opcode]
+        let maskBit: UInt8 = masked ? 0x80 : 0
+        if payload.count < 126 {
+            frame.append(maskBit | UInt8(payload.count))
+        } else if payload.count <= 0xFFFF {
+            frame.append(maskBit | 126)
+            frame += [UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        } else {
+            frame.append(maskBit | 127)
+            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
+        }
+        if masked {
+            let key: [UInt8] = [0x11, 0x22, 0x33, 0x44]
+            frame += key
+            frame += payload.enumerated().map { $0.element ^ key[$0.offset % 4] }
+        } else {
+            frame += payload
+        }
+        try await connection.sendBytes(frame)
+    }
+
+    func sendText(_ text: String) async throws { try await send(opcode: 0x1, Array(text.utf8)) }
+
+    /// The next frame from the daemon: (opcode, payload).
+    func receive() async throws -> (UInt8, [UInt8]) {
+        let head = try await connection.bytes(2)
+        #expect(head[1] & 0x80 == 0, "server frames are never masked")
+        var length = Int(head[1] & 0x7F)
+        if length == 126 {
+            let extended = try await connection.bytes(2)
+            length = Int(extended[0]) << 8 | Int(extended[1])
+        } else if length == 127 {
+            length = try await connection.bytes(8).reduce(0) { $0 << 8 | Int($1) }
+        }
+        return (head[0] & 0x0F, length == 0 ? [] : try await connection.bytes(length))
+    }
+
+    func receiveJSON() async throws -> [String: Any] {
+        let (opcode, payload) = try await receive()
+        #expect(opcode == 0x1)
+        return try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
+    }
+
+    func receiveClose() async throws -> Int {
+        while true {
+            let (opcode, payload) = try await receive()
+            if opcode == 0x8 { return payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : 1005 }
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct WebSocketTests {
+    @Test func oneStreamAcrossTCPAndWebSocket() async throws {
+        try await withDaemon { daemon in
+            let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort)
+            let ws = try #require(socket, "upgrade refused: \(status)")
+            let hello = try await ws.receiveJSON()
+            #expect(hello["op"] as? String == "hello")
+            let (tcp, _) = try await daemon.client()
+            let created = try await tcp.createTodo("from nc")
+            let seen = try await ws.receiveJSON()
+            #expect(seen["seq"] as? Int == created["seq"] as? Int)
+            #expect(todoID(seen) == todoID(created))
+            try await ws.sendText("{\"op\":\"ping\",\"id\":\"w\"}\n")
+            #expect(try await ws.receiveJSON()["re"] as? String == "w")
+        }
+    }
+
+    @Test func binaryAndOversizedMessagesAreErrorsAndFragmentsAreReassembled() async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1024 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            try await ws.send(opcode: 0x2, [1, 2, 3])
+            #expect(errorCode(try await ws.receiveJSON()) == "unsupported_frame")
+            try await ws.sendText(String(repeating: " ", count: 2000) + "{}")
+            #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+            let ping = Array(#"{"op":"ping","id":"frag"}"#.utf8)
+            try await ws.send(opcode: 0x1, Array(ping[..<5]), fin: false)
+            try await ws.send(opcode: 0x9, Array("interleaved".utf8))
+            let (pongCode, pongData) = try await ws.receive()
+            #expect(pongCode == 0xA)
+            #expect(pongData == Array("interleaved".utf8))
+            try await ws.send(opcode: 0x0, Array(ping[5...]))
+            #expect(try await ws.receiveJSON()["re"] as? String == "frag")
+        }
+    }
+
+    @Test(arguments: [
+        ("unmasked", 1002), ("invalid UTF-8", 1007), ("continuation first", 1002), ("reserved bits", 1002),
+        ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009),
+    ])
+    func protocolViolationsCloseWithTheRightCode(_ violation: String, _ expected: Int) async throws {
+        try await withDaemon { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            switch violation {
+            case "unmasked": try await ws.send(opcode: 0x1, Array("{}".utf8), masked: false)
+            case "invalid UTF-8": try await ws.send(opcode: 0x1, [0x7B, 0xFF, 0x7D])
+            case "continuation first": try await ws.send(opcode: 0x0, Array("{}".utf8))
+            case "reserved bits": try await ws.send(opcode: 0x1, Array("{}".utf8), rsv: 0x40)
+            case "bad close code": try await ws.send(opcode: 0x8, [0x03, 0xEC])  // 1004
+            case "close": try await ws.send(opcode: 0x8, [0x03, 0xE8])
+            default:
+                try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: 600_000), fin: false)
+                try await ws.send(opcode: 0x0, [UInt8](repeating: 0x20, count: 600_000), fin: false)
+            }
+            #expect(try await ws.receiveClose() == expected)
+            _ = try await ws.connection.waitForClose()
+        }
+    }
+
+    @Test func aForeignOriginIsRefused() async throws {
+        try await withDaemon { daemon in
+            let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort, origin: "http://evil.example")
+            #expect(socket == nil)
+            #expect(status.contains("403") || status.contains("426"))
+            let (allowed, _) = try await RawWebSocket.open(
+                port: daemon.httpPort,
+                origin: "http://127.0.0.1:\(daemon.httpPort)"
+            )
+            #expect(allowed != nil)
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct HTTPTests {
+    @Test func healthzMetricsPageAndErrors() async throws {
+        try await withDaemon { daemon in
+            let health = try await httpGet(port: daemon.httpPort, path: "/healthz")
+            #expect(health.status == 200)
+            let status = try #require(try JSONSerialization.jsonObject(with: Data(health.body.utf8)) as? [String: Any])
+            #expect(status["storage"] as? String == "ok")
+            #expect(status["seq"] as? Int == 0)
+            #expect(try await httpGet(port: daemon.httpPort, path: "/").body.contains("<"))
+            #expect(try await httpGet(port: daemon.httpPort, path: "/nope").status == 404)
+            #expect(try await httpGet(port: daemon.httpPort, path: "/../../etc/passwd").status == 404)
+            #expect(try await httpGet(port: daemon.httpPort, path: "/events").status == 426)
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics")
+            #expect(metrics.status == 200)
+            #expect(metrics.body.contains("todostream_connections"))
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct TLSTests {
+    @Test func theHelloIsTheFirstThingAfterTheHandshakeAndCertificatesReload() async throws {
+        let directory = temporaryDirectory()
+        let files = try DevCertificate.ensure(in: directory)
+        try await withDaemon(
+            .custom({ options in
+                options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+                options.tlsCertificatePath = files.certificatePath
+                options.tlsKeyPath = files.keyPath
+            })
+        ) { daemon in
+            let port = try #require(daemon.addresses.tls?.port)
+            func connect(trusting path: String) async throws -> TestConnection {
+                var configuration = TLSConfiguration.makeClientConfiguration()
+                configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
+                let context = try NIOSSLContext(configuration: configuration)
+                return try await TestConnection.connect(port: port) { channel in
+                    try channel.pipeline.syncOperations.addHandler(
+                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
+                    )
+                }
+            }
+            let kept = try await connect(trusting: files.certificatePath)
+            #expect(try await kept.json()["op"] as? String == "hello")
+
+            // A plaintext client is refused without harming the listener.
+            let plain = try await TestConnection.connect(port: port)
+            try await plain.sendLine(#"{"op":"ping"}"#)
+            let leftover = try await plain.waitForClose()
+            #expect(!String(decoding: leftover, as: UTF8.self).contains("hello"))
+
+            // A bad replacement is refused; a good one is used for new connections only.
+            try Data("not a certificate".utf8).write(to: URL(fileURLWithPath: files.certificatePath + ".bad"))
+            let good = try DevCertificate.generate()
+            try Data(good.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+            try Data(good.key.utf8).write(to: URL(fileURLWithPath: files.keyPath))
+            #expect(daemon.reload())
+            let fresh = try await connect(trusting: files.certificatePath)
+            #expect(try await fresh.json()["op"] as? String == "hello")
+            try await kept.sendLine(#"{"op":"ping","id":"still here"}"#)
+            #expect(try await kept.json()["re"] as? String == "still here")
+            try Data("garbage".utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+            #expect(daemon.reload() == false)
+            // The good certificate stays in use after the bad one was refused.
+            try Data(good.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+            let afterBad = try await connect(trusting: files.certificatePath)
+            #expect(try await afterBad.json()["op"] as? String == "hello")
+        }
+    }
+}
+
+@Suite struct LineFrameDecoderTests {
+    func decode(_ chunks: [[UInt8]], max: Int = 16) throws -> [String] {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: max)))
+        for chunk in chunks { try channel.writeInbound(ByteBuffer(bytes: chunk)) }
+        var out: [String] = []
+        while let event = try channel.readInbound(as: FrameEvent.self) {
+            switch event {
+            case .frame(let buffer): out.append(String(buffer: buffer))
+            case .tooLarge: out.append("<too large>")
+            case .binary: out.append("<binary>")
+            }
+        }
+        return out
+    }
+
+    @Test func byteByByte() throws {
+        let input = Array("{\"a\":1}\r\n\n  \n{\"b\":2}\n".utf8)
+        #expect(try decode(input.map { [$0] }) == ["{\"a\":1}", "{\"b\":2}"])
+    }
+
+    @Test func anOverlongLineIsReportedOnceAndDiscardedUpToItsNewline() throws {
+        let long = [UInt8](repeating: UInt8(ascii: "x"), count: 40)
+        #expect(try decode([long, long, Array("x\n{}\n".utf8)]) == ["<too large>", "{}"])
+        #expect(try decode((long + [10] + Array("{}\n".utf8)).map { [$0] }) == ["<too large>", "{}"])
+    }
+
+    @Test func aLineOfExactlyTheLimitPasses() throws {
+        let exact = String(repeating: "y", count: 16)
+        #expect(try decode([Array((exact + "\r\n").utf8)]) == [exact])
+    }
+}
