@@ -9,7 +9,8 @@ let package = Package(
     name: "todostream",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "todostreamd", targets: ["todostreamd"])
+        .executable(name: "todostreamd", targets: ["todostreamd"]),
+        .executable(name: "todostream-load", targets: ["todostream-load"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -80,6 +81,18 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "todostream-load",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),

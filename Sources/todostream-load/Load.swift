@@ -1,0 +1,4 @@
+@main
+struct Load {
+    static func main() {}
+}
