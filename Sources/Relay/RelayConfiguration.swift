@@ -2,7 +2,7 @@ import EventStream
 
 /// Limits and settings of the relay. Every buffer and queue it keeps is bounded by one of
 /// these.
-public struct RelayConfiguration: Sendable, Hashable {
+public struct RelayConfiguration: Sendable, Equatable {
     /// The largest frame (a TCP line or a WebSocket message) processed; larger ones are
     /// answered `frame_too_large` and dropped.
     public var maxFrameBytes: Int = 64 * 1024
@@ -46,20 +46,26 @@ public struct RelayConfiguration: Sendable, Hashable {
     public init() {}
 }
 
-/// Tokens and the role each grants.
-public struct AuthConfiguration: Sendable, Hashable {
-    public var tokens: [String: Role]
+/// Tokens and the role each grants. Tokens are kept only as SHA-256 digests (hex); `digest`
+/// turns a presented token into one.
+public struct AuthConfiguration: Sendable {
+    public var digests: [String: Role]
+    public var digest: @Sendable (String) -> String
 
-    public init(tokens: [String: Role] = [:]) { self.tokens = tokens }
+    public init(digests: [String: Role] = [:], digest: @escaping @Sendable (String) -> String = { $0 }) {
+        self.digests = digests
+        self.digest = digest
+    }
 
     /// Auth is required once any view token exists; monitor tokens alone only let a session
     /// opt into the monitor role.
-    public var required: Bool { tokens.values.contains(.view) }
+    public var required: Bool { digests.values.contains(.view) }
 
     public func role(for token: String) -> Role? {
-        // Compare every token in constant time per byte, so timing does not reveal prefixes.
+        let presented = digest(token)
+        // Compare with every digest in constant time per byte, so timing reveals nothing.
         var found: Role?
-        for (candidate, role) in tokens where constantTimeEquals(candidate, token) { found = role }
+        for (candidate, role) in digests where constantTimeEquals(candidate, presented) { found = role }
         return found
     }
 }

@@ -1,6 +1,7 @@
 import EventStream
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -24,7 +25,12 @@ struct DaemonOptions: Sendable {
         http: .init(host: "127.0.0.1", port: 8080)
     )
     var relay = RelayConfiguration()
-    var auth = AuthConfiguration()
+    var tokens: [TokenEntry] = []
+    var logLevel = "info"
+    /// Listening on a non-loopback address without TLS and without tokens needs this.
+    var allowInsecure = false
+    /// The config file, re-read on SIGHUP.
+    var configPath: String?
     var tlsCertificatePath: String?
     var tlsKeyPath: String?
     /// PEM CA bundle: when set, TLS clients must present a certificate it signed.
@@ -34,6 +40,8 @@ struct DaemonOptions: Sendable {
     var retention = JournalRetention()
     var maxBatch = 256
     var synchronousFull = true
+    /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
+    var environment: [String: String] = ProcessInfo.processInfo.environment
 
     /// `$STATE_DIRECTORY` under systemd, else `./todostream-data`.
     static var defaultDataDirectory: String {
@@ -52,30 +60,47 @@ struct StartupError: Error, CustomStringConvertible {
 
 /// The wired daemon: store, servers, bus, hub and relay.
 final class Daemon: Sendable {
-    let options: DaemonOptions
+    private let currentOptions: NIOLockedValueBox<DaemonOptions>
+    /// Produces fresh options on reload (the config file, the environment, the flags).
+    private let resolver: (@Sendable () throws -> DaemonOptions)?
+    var options: DaemonOptions { currentOptions.withLockedValue { $0 } }
     let store: GroupCommitStore
     let relay: RelayServer<TodoWireCodec>
     let addresses: BoundAddresses
     let logger: Logger
 
     private let serviceGroup: ServiceGroup
+    let notifier: SystemdNotifier
 
     private init(
         options: DaemonOptions,
+        resolver: (@Sendable () throws -> DaemonOptions)?,
         store: GroupCommitStore,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
         signals: [UnixSignal],
+        group: any EventLoopGroup,
         logger: Logger
     ) {
-        self.options = options
+        self.currentOptions = NIOLockedValueBox(options)
+        self.resolver = resolver
         self.store = store
         self.relay = relay
         self.addresses = addresses
         self.logger = logger
+        let notifier = SystemdNotifier(environment: options.environment)
+        self.notifier = notifier
+        let systemd = SystemdService(
+            notifier: notifier,
+            watchdogInterval: SystemdNotifier.watchdogInterval(environment: options.environment),
+            statusInterval: .seconds(5),
+            probe: { [group, store, relay] in await Self.probe(group: group, store: store, relay: relay) },
+            logger: logger
+        )
+        // Shut down in reverse order: systemd hears STOPPING first, then the relay drains.
         self.serviceGroup = ServiceGroup(
             configuration: .init(
-                services: [.init(service: relay)],
+                services: [.init(service: relay), .init(service: systemd)],
                 gracefulShutdownSignals: signals,
                 logger: logger
             )
@@ -88,7 +113,8 @@ final class Daemon: Sendable {
         logger: Logger,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         signals: [UnixSignal] = [.sigterm, .sigint],
-        store givenStore: GroupCommitStore? = nil
+        store givenStore: GroupCommitStore? = nil,
+        resolver: (@Sendable () throws -> DaemonOptions)? = nil
     ) async throws -> Daemon {
         let store: GroupCommitStore
         if let givenStore {
@@ -170,10 +196,12 @@ final class Daemon: Sendable {
         }
         return Daemon(
             options: options,
+            resolver: resolver,
             store: store,
             relay: relay,
             addresses: addresses,
             signals: signals,
+            group: group,
             logger: logger
         )
     }
@@ -245,25 +273,91 @@ final class Daemon: Sendable {
         await store.close()
     }
 
-    /// Re-reads the TLS certificate and key. A bad new pair is refused, logged, and the old
-    /// one stays in use; existing connections are never dropped.
+    /// One round trip through every event loop and the store, bounded in time. Nil when any of
+    /// them does not answer within `timeout`: then the watchdog must not be fed.
+    static func probe(
+        group: any EventLoopGroup,
+        store: GroupCommitStore,
+        relay: RelayServer<TodoWireCodec>,
+        timeout: Duration = .seconds(2)
+    ) async -> String? {
+        let answered = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let once = NIOLockedValueBox<CheckedContinuation<Bool, Never>?>(continuation)
+            @Sendable func finish(_ value: Bool) {
+                once.withLockedValue { pending in
+                    pending?.resume(returning: value)
+                    pending = nil
+                }
+            }
+            let timer = Task {
+                do {
+                    try await Task.sleep(for: timeout)
+                } catch {
+                    return  // cancelled: the probe answered
+                }
+                finish(false)
+            }
+            Task {
+                var loops: [any EventLoop] = []
+                for loop in group.makeIterator() { loops.append(loop) }
+                for loop in loops { try? await loop.submit {}.get() }
+                _ = await store.count
+                finish(true)
+                timer.cancel()
+            }
+        }
+        guard answered else { return nil }
+        let hub = relay.hub
+        return "\(hub.connectionCount) connections, seq \(hub.seq)"
+    }
+
+    /// Reloads what can change while running: the config file (through `resolver`, which
+    /// re-reads the file and the environment and re-applies the flags), limits, tokens, and
+    /// the TLS certificate and key. Everything is checked first; on any error the old settings
+    /// stay in force, the reason is logged, and nobody is disconnected.
     @discardableResult
     func reload() -> Bool {
         logger.notice("reloading")
-        guard let cert = options.tlsCertificatePath, let key = options.tlsKeyPath else { return true }
+        notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
+        defer { notifier.notify("READY=1") }
+        let current = currentOptions.withLockedValue { $0 }
+        var next: DaemonOptions
         do {
-            let context = try Self.makeTLSContext(
-                certificatePath: cert,
-                keyPath: key,
-                clientCAPath: options.tlsClientCAPath
-            )
-            relay.replaceTLSContext(context)
-            logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
-            return true
+            next = try resolver?() ?? current
         } catch {
-            logger.error("TLS certificate not reloaded; keeping the old one", metadata: ["reason": "\(error)"])
+            logger.error("config not reloaded; keeping the old one", metadata: ["reason": "\(error)"])
             return false
         }
+        if next.devTLS, next.tlsCertificatePath == nil {
+            next.tlsCertificatePath = current.tlsCertificatePath
+            next.tlsKeyPath = current.tlsKeyPath
+        }
+        if next.listeners != current.listeners || next.dataDirectory != current.dataDirectory
+            || next.storage != current.storage
+        {
+            logger.warning("listeners, data_dir and storage change only on restart; keeping the running ones")
+            next.listeners = current.listeners
+            next.dataDirectory = current.dataDirectory
+            next.storage = current.storage
+        }
+        if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
+            do {
+                let context = try Self.makeTLSContext(
+                    certificatePath: cert,
+                    keyPath: key,
+                    clientCAPath: next.tlsClientCAPath
+                )
+                relay.replaceTLSContext(context)
+                logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
+            } catch {
+                logger.error("not reloaded: the TLS certificate is unusable; keeping the old settings", metadata: ["reason": "\(error)"])
+                return false
+            }
+        }
+        relay.settings.update(configuration: next.relay, auth: next.auth)
+        currentOptions.withLockedValue { $0 = next }
+        logger.notice("reloaded")
+        return true
     }
 
     /// Starts a graceful shutdown, as SIGTERM does.

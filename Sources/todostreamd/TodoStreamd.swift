@@ -12,16 +12,16 @@ struct TodoStreamd: AsyncParsableCommand {
         commandName: "todostreamd",
         abstract: "The todostream daemon: the todo app's event stream, served to remote views.",
         version: version,
-        subcommands: [Serve.self],
+        subcommands: [Serve.self, CheckConfig.self, Tap.self, Replay.self],
         defaultSubcommand: Serve.self
     )
 }
 
-struct Serve: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Run the daemon (the default).",
-        discussion: "With no options: SQLite under ./todostream-data, NDJSON on 127.0.0.1:7878, HTTP on 127.0.0.1:8080."
-    )
+/// Options shared by `serve` and `check-config`: every one overrides the config file and the
+/// environment.
+struct SettingsOptions: ParsableArguments {
+    @Option(name: .customLong("config"), help: "A YAML config file (see config/todostreamd.yaml).")
+    var config: String?
 
     @Option(
         name: .customLong("data-dir"),
@@ -29,14 +29,14 @@ struct Serve: AsyncParsableCommand {
     )
     var dataDirectory: String?
 
-    @Option(help: "NDJSON over TCP: HOST:PORT, or 'off'.")
-    var listen: String = "127.0.0.1:7878"
+    @Option(help: "NDJSON over TCP: HOST:PORT, or 'off' (default 127.0.0.1:7878).")
+    var listen: String?
 
     @Option(
         name: .customLong("http-listen"),
-        help: "HTTP (web page, /events WebSocket, /healthz, /metrics): HOST:PORT, or 'off'."
+        help: "HTTP (web page, /events WebSocket, /healthz, /metrics): HOST:PORT or 'off' (default 127.0.0.1:8080)."
     )
-    var httpListen: String = "127.0.0.1:8080"
+    var httpListen: String?
 
     @Option(name: .customLong("tls-listen"), help: "NDJSON over TLS: HOST:PORT (needs --tls-cert and --tls-key).")
     var tlsListen: String?
@@ -72,19 +72,79 @@ struct Serve: AsyncParsableCommand {
     var monitorToken: String?
 
     @Option(help: "Storage engine: sqlite or memory.")
-    var storage: String = "sqlite"
+    var storage: String?
 
-    @Option(name: .customLong("max-frame-bytes"), help: "Largest frame accepted, in bytes.")
-    var maxFrameBytes: Int = 64 * 1024
+    @Option(name: .customLong("max-frame-bytes"), help: "Largest frame accepted, in bytes (default 65536).")
+    var maxFrameBytes: Int?
 
     @Option(name: .customLong("max-queue-bytes"), help: "Outbound queue bound per connection, in bytes.")
-    var maxQueueBytes: Int = 4 * 1024 * 1024
+    var maxQueueBytes: Int?
 
     @Option(name: .customLong("max-connections"), help: "Connections accepted at once.")
-    var maxConnections: Int = 10_000
+    var maxConnections: Int?
 
-    @Option(name: .customLong("rate-limit"), help: "Frames per second per connection.")
-    var rateLimit: Double = 1_000
+    @Option(name: .customLong("rate-limit"), help: "Frames per second per connection (default 1000).")
+    var rateLimit: Int?
+
+    @Flag(name: .customLong("allow-insecure"), help: "Allow plain text on a non-loopback address without tokens.")
+    var allowInsecure = false
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String?
+
+    /// Defaults, then the config file, then `TODOSTREAM_…` variables, then these flags.
+    func resolve(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> DaemonOptions {
+        var options = DaemonOptions()
+        options.environment = environment
+        if let config {
+            try ConfigFile.apply(try ConfigFile.read(path: config), to: &options)
+            options.configPath = config
+        }
+        try ConfigFile.apply(try ConfigFile.environmentValues(environment), to: &options)
+        var flags: ConfigFile.Values = [:]
+        flags["data_dir"] = dataDirectory
+        flags["listen.tcp"] = listen
+        flags["listen.http"] = httpListen
+        flags["listen.tls"] = tlsListen
+        flags["tls.cert"] = tlsCert
+        flags["tls.key"] = tlsKey
+        flags["tls.client_ca"] = tlsClientCA
+        if devTLS { flags["tls.dev"] = true }
+        if httpTLS { flags["tls.http"] = true }
+        if allowInsecure { flags["allow_insecure"] = true }
+        flags["storage"] = storage
+        flags["limits.max_frame_bytes"] = maxFrameBytes
+        flags["limits.max_queue_bytes"] = maxQueueBytes
+        flags["limits.max_connections"] = maxConnections
+        if let rateLimit {
+            flags["limits.rate_limit_per_second"] = rateLimit
+            flags["limits.rate_limit_burst"] = rateLimit * 2
+        }
+        flags["log_level"] = logLevel
+        try ConfigFile.apply(try ConfigFile.checked(flags, naming: ConfigFile.flagName), to: &options)
+        for entry in tokens {
+            let parts = entry.split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let role = Role(rawValue: parts[0]), !parts[1].isEmpty else {
+                throw ConfigError(message: "--token must be ROLE:TOKEN with role view or monitor")
+            }
+            options.tokens.append(TokenEntry(sha256: TokenEntry.digest(parts[1]), role: role))
+        }
+        if let monitorToken { options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor)) }
+        try options.validate()
+        return options
+    }
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the daemon (the default).",
+        discussion: """
+            With no options: SQLite under ./todostream-data, NDJSON on 127.0.0.1:7878, HTTP on 127.0.0.1:8080. \
+            Settings come from --config FILE, then TODOSTREAM_… environment variables, then flags.
+            """
+    )
+
+    @OptionGroup var settings: SettingsOptions
 
     @Option(
         name: .customLong("port-file"),
@@ -92,71 +152,14 @@ struct Serve: AsyncParsableCommand {
     )
     var portFile: String?
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel: String = "info"
-
-    func options() throws -> DaemonOptions {
-        var options = DaemonOptions()
-        if let dataDirectory { options.dataDirectory = dataDirectory }
-        options.listeners.tcp = try address(listen, flag: "--listen")
-        options.listeners.http = try address(httpListen, flag: "--http-listen")
-        options.listeners.tls = try tlsListen.flatMap { try address($0, flag: "--tls-listen") }
-        options.listeners.httpTLS = httpTLS
-        if options.listeners.tls != nil || httpTLS {
-            guard (tlsCert != nil && tlsKey != nil) || devTLS else {
-                throw ValidationError(
-                    "--tls-listen and --http-tls need --tls-cert and --tls-key (or --dev-tls on loopback)."
-                )
-            }
-        }
-        guard (tlsCert == nil) == (tlsKey == nil) else {
-            throw ValidationError("--tls-cert and --tls-key go together.")
-        }
-        options.tlsCertificatePath = tlsCert
-        options.tlsKeyPath = tlsKey
-        options.tlsClientCAPath = tlsClientCA
-        options.devTLS = devTLS
-        guard let engine = DaemonOptions.Storage(rawValue: storage) else {
-            throw ValidationError("--storage must be sqlite or memory.")
-        }
-        options.storage = engine
-        var tokenRoles: [String: Role] = [:]
-        for entry in tokens {
-            let parts = entry.split(separator: ":", maxSplits: 1).map(String.init)
-            guard parts.count == 2, let role = Role(rawValue: parts[0]), !parts[1].isEmpty else {
-                throw ValidationError("--token must be ROLE:TOKEN with role view or monitor.")
-            }
-            tokenRoles[parts[1]] = role
-        }
-        if let monitorToken { tokenRoles[monitorToken] = .monitor }
-        options.auth = AuthConfiguration(tokens: tokenRoles)
-        guard maxFrameBytes >= 256, maxFrameBytes <= options.relay.webSocketHardCapBytes else {
-            throw ValidationError("--max-frame-bytes must be between 256 and \(options.relay.webSocketHardCapBytes).")
-        }
-        options.relay.maxFrameBytes = maxFrameBytes
-        guard maxQueueBytes >= 1024 else { throw ValidationError("--max-queue-bytes must be at least 1024.") }
-        options.relay.maxQueueBytes = maxQueueBytes
-        guard maxConnections >= 1 else { throw ValidationError("--max-connections must be at least 1.") }
-        options.relay.maxConnections = maxConnections
-        guard rateLimit > 0 else { throw ValidationError("--rate-limit must be positive.") }
-        options.relay.rateLimitPerSecond = rateLimit
-        options.relay.rateLimitBurst = max(rateLimit * 2, 1)
-        return options
-    }
-
-    private func address(_ text: String, flag: String) throws -> ListenerConfiguration.Address? {
-        if text == "off" { return nil }
-        guard let address = ListenerConfiguration.Address(parsing: text) else {
-            throw ValidationError("\(flag) must be HOST:PORT (or off), not \(text).")
-        }
-        return address
-    }
-
     func run() async throws {
-        let options = try options()
-        guard let level = Logger.Level(rawValue: logLevel) else {
-            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
+        let options: DaemonOptions
+        do {
+            options = try settings.resolve()
+        } catch let error as ConfigError {
+            fail(error.message)
         }
+        let level = Logger.Level(rawValue: options.logLevel) ?? .info
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
@@ -165,16 +168,43 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "todostreamd")
         let daemon: Daemon
         do {
-            daemon = try await Daemon.start(options, logger: logger)
+            let settings = self.settings
+            daemon = try await Daemon.start(options, logger: logger, resolver: { try settings.resolve() })
         } catch let error as StartupError {
-            FileHandle.standardError.write(Data("todostreamd: \(error.message)\n".utf8))
-            throw ExitCode.failure
+            fail(error.message)
         }
         if let portFile {
             try writePortFile(portFile, daemon.addresses)
         }
         try await daemon.run()
     }
+}
+
+struct CheckConfig: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check-config",
+        abstract: "Check a config file (with the environment's overrides) without starting."
+    )
+
+    @Argument(help: "The YAML config file.")
+    var file: String
+
+    func run() throws {
+        var settings = try SettingsOptions.parse([])
+        settings.config = file
+        do {
+            _ = try settings.resolve()
+        } catch let error as ConfigError {
+            fail(error.message)
+        }
+        print("\(file): ok")
+    }
+}
+
+/// Prints `todostreamd: MESSAGE` to standard error and exits 1.
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("todostreamd: \(message)\n".utf8))
+    Foundation.exit(1)
 }
 
 func writePortFile(_ path: String, _ addresses: BoundAddresses) throws {

@@ -1,0 +1,53 @@
+import Crypto
+import EventStream
+import Relay
+
+/// An access token as configured: its SHA-256 digest (hex) and the role it grants.
+struct TokenEntry: Sendable, Hashable {
+    let sha256: String
+    let role: Role
+
+    static func digest(_ token: String) -> String {
+        SHA256.hash(data: Array(token.utf8)).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+}
+
+extension DaemonOptions {
+    /// The relay's view of the tokens.
+    var auth: AuthConfiguration {
+        var digests: [String: Role] = [:]
+        for token in tokens { digests[token.sha256] = token.role }
+        return AuthConfiguration(digests: digests, digest: TokenEntry.digest)
+    }
+
+    /// Checks what no single key can: the combinations.
+    func validate() throws {
+        guard relay.maxFrameBytes <= relay.webSocketHardCapBytes else {
+            throw ConfigError(message: "limits.max_frame_bytes must not exceed limits.websocket_max_message_bytes")
+        }
+        if listeners.tcp == nil && listeners.tls == nil && listeners.http == nil {
+            throw ConfigError(message: "no listener: set at least one of listen.tcp, listen.tls, listen.http")
+        }
+        let hasCertificate = tlsCertificatePath != nil && tlsKeyPath != nil
+        if (listeners.tls != nil || listeners.httpTLS) && !hasCertificate && !devTLS {
+            throw ConfigError(message: "listen.tls and tls.http need tls.cert and tls.key (or tls.dev on loopback)")
+        }
+        if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
+            throw ConfigError(message: "tls.cert and tls.key go together")
+        }
+        guard !allowInsecure else { return }
+        // Plain text to the outside with nobody checked is refused unless asked for.
+        var plain: [ListenerConfiguration.Address] = []
+        if let tcp = listeners.tcp { plain.append(tcp) }
+        if let http = listeners.http, !listeners.httpTLS { plain.append(http) }
+        for address in plain where !Daemon.isLoopback(address.host) && tokens.isEmpty {
+            throw ConfigError(
+                message:
+                    "refusing to listen on \(address) without TLS and without tokens: anyone could read and change every todo; add tokens or TLS, or set allow_insecure: true"
+            )
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import todostreamd
+
+@Suite struct ConfigTests {
+    static let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("config/todostreamd.yaml").path
+
+    func resolve(_ yaml: String?, environment: [String: String] = [:], flags: [String] = []) throws -> DaemonOptions {
+        var arguments = flags
+        if let yaml {
+            let path = NSTemporaryDirectory() + "config-\(UUID().uuidString).yaml"
+            try Data(yaml.utf8).write(to: URL(fileURLWithPath: path))
+            arguments += ["--config", path]
+        }
+        return try SettingsOptions.parse(arguments).resolve(environment: environment)
+    }
+
+    func message(_ yaml: String?, environment: [String: String] = [:], flags: [String] = []) -> String? {
+        do {
+            _ = try resolve(yaml, environment: environment, flags: flags)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func theShippedExampleHoldsExactlyTheDefaults() throws {
+        let fromFile = try SettingsOptions.parse(["--config", Self.example]).resolve(environment: [:])
+        var defaults = try SettingsOptions.parse([]).resolve(environment: [:])
+        defaults.configPath = Self.example
+        #expect(fromFile.relay == defaults.relay)
+        #expect(fromFile.listeners == defaults.listeners)
+        #expect(fromFile.retention == defaults.retention)
+        #expect(fromFile.maxBatch == defaults.maxBatch)
+        #expect(fromFile.dataDirectory == defaults.dataDirectory)
+        #expect(fromFile.tokens.isEmpty)
+    }
+
+    @Test func everyKeyIsDocumentedInTheExample() throws {
+        let text = try String(contentsOfFile: Self.example, encoding: .utf8)
+        for key in ConfigFile.keys.keys {
+            let leaf = String(key.split(separator: ".").last ?? "")
+            #expect(text.contains(leaf + ":"), "config/todostreamd.yaml does not mention \(key)")
+        }
+    }
+
+    @Test func unknownKeysAndBadValuesNameTheKey() {
+        #expect(message("limit:\n  max_frame_bytes: 1000\n")?.contains("unknown key limit") == true)
+        #expect(message("limits:\n  max_frame_byte: 1000\n")?.contains("unknown key limits.max_frame_byte") == true)
+        #expect(message("limits:\n  max_frame_bytes: 10\n")?.contains("limits.max_frame_bytes is 10, out of range") == true)
+        #expect(message("limits:\n  max_frame_bytes: lots\n")?.contains("limits.max_frame_bytes must be a whole number") == true)
+        #expect(message("storage: paper\n")?.contains("storage must be one of") == true)
+        #expect(message("listen:\n  tcp: nowhere\n")?.contains("listen.tcp must be HOST:PORT or off") == true)
+        #expect(message("auth:\n  tokens:\n    - role: admin\n      token: abcdefghij\n")?.contains("role must be view or monitor") == true)
+        #expect(message(": : :\n")?.contains("not valid YAML") == true)
+    }
+
+    @Test func environmentOverridesTheFileAndFlagsOverrideBoth() throws {
+        let yaml = "limits:\n  max_queue_bytes: 2048\n  max_connections: 10\n"
+        let options = try resolve(
+            yaml,
+            environment: ["TODOSTREAM_LIMITS_MAX_QUEUE_BYTES": "4096", "TODOSTREAM_LIMITS_MAX_CONNECTIONS": "20"],
+            flags: ["--max-connections", "30"]
+        )
+        #expect(options.relay.maxQueueBytes == 4096)
+        #expect(options.relay.maxConnections == 30)
+        #expect(message(nil, environment: ["TODOSTREAM_LIMITS_MAX_QUEUE_BYTES": "many"])?.contains("TODOSTREAM_LIMITS_MAX_QUEUE_BYTES") == true)
+        #expect(message(nil, flags: ["--max-frame-bytes", "5"])?.contains("--max-frame-bytes") == true)
+    }
+
+    @Test func tokensAreKeptHashedAndMakeAuthRequired() throws {
+        let digest = TokenEntry.digest("monitor-secret")
+        let options = try resolve(
+            "auth:\n  tokens:\n    - role: view\n      token: view-secret-1\n    - role: monitor\n      token_sha256: \(digest)\n"
+        )
+        let auth = options.auth
+        #expect(auth.required)
+        #expect(auth.role(for: "view-secret-1") == .view)
+        #expect(auth.role(for: "monitor-secret") == .monitor)
+        #expect(auth.role(for: "nope") == nil)
+        #expect(!auth.digests.keys.contains("view-secret-1"))
+    }
+
+    @Test func plainTextToTheNetworkWithoutTokensIsRefusedUnlessAllowed() throws {
+        #expect(message("listen:\n  tcp: 0.0.0.0:7878\n")?.contains("allow_insecure") == true)
+        _ = try resolve("allow_insecure: true\nlisten:\n  tcp: 0.0.0.0:7878\n")
+        _ = try resolve("listen:\n  tcp: 0.0.0.0:7878\nauth:\n  tokens:\n    - role: view\n      token: long-enough-token\n")
+        _ = try resolve("listen:\n  tcp: 127.0.0.1:7878\n")
+    }
+
+    @Test func aReloadWithABadConfigKeepsTheOldOne() async throws {
+        let path = NSTemporaryDirectory() + "reload-\(UUID().uuidString).yaml"
+        try Data("storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: 5\n".utf8)
+            .write(to: URL(fileURLWithPath: path))
+        let settings = try SettingsOptions.parse(["--config", path])
+        let options = try settings.resolve(environment: [:])
+        var logger = Logger(label: "t")
+        logger.logLevel = .critical
+        let daemon = try await Daemon.start(options, logger: logger, signals: [], resolver: { try settings.resolve(environment: [:]) })
+        let running = Task { try await daemon.run(handleHangup: false) }
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
+        try Data("storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: 7\n".utf8)
+            .write(to: URL(fileURLWithPath: path))
+        #expect(daemon.reload())
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 7)
+        try Data("limits:\n  max_subscriptions: -1\n".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(daemon.reload() == false)
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 7)
+        await daemon.shutdown()
+        try await running.value
+    }
+}
