@@ -638,9 +638,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Sends `draining` (called at shutdown).
     func sendDraining(reconnectAfterMs: Int) {
-        deliverControl(
-            OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) }
-        )
+        // Goes out at once, ahead of anything held back: the connection is about to close.
+        releaseStartHold()
+        write(OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) })
         flush()
     }
 

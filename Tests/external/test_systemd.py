@@ -1,0 +1,208 @@
+"""The daemon as a systemd citizen, tested on the real binary: the unit verifies, config files
+are checked, SIGTERM drains, SIGHUP reloads, sd_notify tells the truth, kill -9 loses no
+acknowledged write."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, daemon_binary
+
+
+def line_client(port: int):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    reader = sock.makefile("rb")
+    hello = json.loads(reader.readline())
+    assert hello["op"] == "hello"
+    return sock, reader, hello
+
+
+def send(sock, obj):
+    sock.sendall((json.dumps(obj) + "\n").encode())
+
+
+def read_until(reader, predicate, limit=1000):
+    for _ in range(limit):
+        line = reader.readline()
+        if not line:
+            raise AssertionError("connection closed before the expected frame")
+        frame = json.loads(line)
+        if predicate(frame):
+            return frame
+    raise AssertionError("expected frame not seen")
+
+
+def create_todo(sock, reader, title, tag):
+    send(sock, {"type": "RequestNewTodoDetailViewModel", "id": f"n{tag}"})
+    fresh = read_until(reader, lambda f: f.get("re") == f"n{tag}")["payload"]
+    fresh["title"] = title
+    send(sock, {"type": "RequestUpdateDetailViewModel", "id": f"s{tag}", "payload": fresh})
+    saved = read_until(reader, lambda f: f.get("re") == f"s{tag}" and "seq" in f)
+    return saved
+
+
+def test_the_unit_files_verify(tmp_path):
+    assert shutil.which("systemd-analyze"), "systemd-analyze is missing (Debian package systemd)"
+    unit = (REPO / "systemd" / "todostreamd.service").read_text()
+    unit = unit.replace("/usr/local/bin/todostreamd", daemon_binary())
+    path = tmp_path / "todostreamd.service"
+    path.write_text(unit)
+    result = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    problems = [line for line in (result.stdout + result.stderr).splitlines() if "todostreamd.service" in line]
+    assert problems == []
+    for directive in ["Type=notify", "WatchdogSec=", "ExecReload=", "StateDirectory=", "DynamicUser=yes",
+                      "ProtectSystem=strict", "NoNewPrivileges=yes", "LimitNOFILE=", "TimeoutStopSec="]:
+        assert directive in unit
+
+
+def test_check_config_accepts_the_example_and_names_what_is_wrong(tmp_path):
+    ok = subprocess.run([daemon_binary(), "check-config", str(REPO / "config" / "todostreamd.yaml")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("limits:\n  max_queue_bytez: 5\n")
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "limits.max_queue_bytez" in result.stderr
+    bad.write_text("limits:\n  max_connections: 0\n")
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "limits.max_connections" in result.stderr
+
+
+def test_a_busy_port_and_an_unwritable_data_dir_are_one_line_errors(daemon, tmp_path):
+    busy = subprocess.run([daemon_binary(), "serve", "--data-dir", str(tmp_path / "d"), "--listen",
+                           f"127.0.0.1:{daemon.tcp_port}", "--http-listen", "off"],
+                          capture_output=True, text=True, timeout=60)
+    assert busy.returncode != 0
+    assert f"127.0.0.1:{daemon.tcp_port}" in busy.stderr and "in use" in busy.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    unwritable = subprocess.run([daemon_binary(), "serve", "--data-dir", str(blocker / "data"), "--listen",
+                                 "127.0.0.1:0", "--http-listen", "off"], capture_output=True, text=True, timeout=60)
+    assert unwritable.returncode != 0
+    assert str(blocker / "data") in unwritable.stderr
+    assert len(unwritable.stderr.strip().splitlines()) == 1
+
+
+def test_sigterm_drains_every_client_and_loses_no_acknowledged_write(daemon):
+    clients = [line_client(daemon.tcp_port) for _ in range(3)]
+    sock, reader, _ = clients[0]
+    saved = create_todo(sock, reader, "acknowledged before shutdown", "x")
+    todo_id = saved["payload"]["todo"]["id"]
+    daemon.signal(signal.SIGTERM)
+    for _, client_reader, _ in clients:
+        draining = read_until(client_reader, lambda f: f.get("op") == "draining")
+        assert isinstance(draining["reconnect_after_ms"], int) and draining["reconnect_after_ms"] >= 0
+    assert daemon.proc.wait(timeout=30) == 0
+    daemon.returncodes.append(0)
+    daemon.proc = None
+    daemon.start()
+    sock, reader, _ = line_client(daemon.tcp_port)
+    send(sock, {"type": "RequestTodoViewModels", "id": "list"})
+    listed = read_until(reader, lambda f: f.get("re") == "list")
+    assert todo_id in [vm["todo"]["id"] for vm in listed["payload"]]
+
+
+def test_kill_9_loses_no_acknowledged_write_and_the_journal_matches(daemon):
+    sock, reader, hello = line_client(daemon.tcp_port)
+    ids = [create_todo(sock, reader, f"durable {i}", i)["payload"]["todo"]["id"] for i in range(20)]
+    daemon.kill()
+    daemon.proc = None
+    daemon.start()
+    sock, reader, hello2 = line_client(daemon.tcp_port)
+    assert hello2["epoch"] == hello["epoch"]
+    assert hello2["seq"] == 20
+    send(sock, {"type": "RequestTodoViewModels", "id": "list"})
+    listed = read_until(reader, lambda f: f.get("re") == "list")
+    assert set(ids) <= {vm["todo"]["id"] for vm in listed["payload"]}
+    # Every broadcast in the journal has its write, and every write its broadcast.
+    send(sock, {"op": "resume", "epoch": hello["epoch"], "after": 0, "id": "r"})
+    replayed = []
+    while True:
+        frame = json.loads(reader.readline())
+        if frame.get("op") == "resumed":
+            break
+        replayed.append(frame)
+    assert [f["seq"] for f in replayed] == list(range(1, 21))
+    assert [f["payload"]["todo"]["id"] for f in replayed] == ids
+
+
+def test_sd_notify_ready_watchdog_status_and_stopping(tmp_path):
+    path = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    listener.settimeout(15)
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")
+    port_file = tmp_path / "ports.json"
+    proc = subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0",
+                             "--http-listen", "off", "--port-file", str(port_file)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first = listener.recv(4096).decode()
+        assert first.startswith("READY=1")
+        # READY is only sent once the listeners accept.
+        ports = json.loads(port_file.read_text())
+        line_client(ports["tcp"])[0].close()
+        messages = [listener.recv(4096).decode() for _ in range(3)]
+        assert all(m.startswith("WATCHDOG=1") for m in messages)
+        assert any("STATUS=" in m and "connections" in m for m in messages)
+        proc.send_signal(signal.SIGHUP)
+        seen = []
+        while not any(m.startswith("READY=1") for m in seen[1:]) :
+            seen.append(listener.recv(4096).decode())
+            if any(m.startswith("RELOADING=1") for m in seen) and seen[-1].startswith("READY=1"):
+                break
+        assert any(m.startswith("RELOADING=1") and "MONOTONIC_USEC=" in m for m in seen)
+        proc.send_signal(signal.SIGTERM)
+        while True:
+            message = listener.recv(4096).decode()
+            if message.startswith("STOPPING=1"):
+                break
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+
+
+def test_sighup_applies_a_good_config_and_keeps_the_old_one_when_bad(daemon_factory, tmp_path):
+    config = tmp_path / "todostreamd.yaml"
+    config.write_text("limits:\n  max_subscriptions: 2\n")
+    daemon = daemon_factory("--config", str(config))
+    sock, reader, _ = line_client(daemon.tcp_port)
+    send(sock, {"op": "subscribe", "types": ["ResponseTodoViewModel", "ResponseTodoViewModels"], "id": "a"})
+    assert read_until(reader, lambda f: f.get("re") == "a")["error"]["code"] == "not_permitted"
+
+    def reloads_logged():
+        return daemon.log_text().count("reloading")
+
+    def wait_for_log(text, count):
+        deadline = time.monotonic() + 15
+        while daemon.log_text().count(text) < count:
+            assert time.monotonic() < deadline, f"'{text}' not logged\n{daemon.log_tail()}"
+            time.sleep(0.05)
+
+    config.write_text("limits:\n  max_subscriptions: 5\n")
+    daemon.signal(signal.SIGHUP)
+    wait_for_log("] reloaded", 1)
+    send(sock, {"op": "subscribe", "types": ["ResponseTodoViewModel", "ResponseTodoViewModels"], "id": "b"})
+    assert read_until(reader, lambda f: f.get("re") == "b")["op"] == "subscribed"
+
+    config.write_text("limits:\n  max_subscriptions: many\n")
+    daemon.signal(signal.SIGHUP)
+    wait_for_log("config not reloaded", 1)
+    send(sock, {"op": "ping", "id": "c"})
+    assert read_until(reader, lambda f: f.get("re") == "c")["op"] == "pong"
+    send(sock, {"op": "subscribe", "types": ["ResponseTodoDetailViewModel", "ResponseUpdateDetailViewModel"], "id": "d"})
+    assert read_until(reader, lambda f: f.get("re") == "d")["op"] == "subscribed"
