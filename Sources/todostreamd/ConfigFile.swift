@@ -1,5 +1,5 @@
-import Foundation
 import EventStream
+import Foundation
 import Relay
 import TodoStore
 import Yams
@@ -112,7 +112,10 @@ enum ConfigFile {
                 guard let number = Int(text) else { throw ConfigError(message: "\(name) must be a whole number") }
                 value = number
             case .bool:
-                guard let flag = ["true": true, "1": true, "yes": true, "false": false, "0": false, "no": false][text.lowercased()]
+                guard
+                    let flag = ["true": true, "1": true, "yes": true, "false": false, "0": false, "no": false][
+                        text.lowercased()
+                    ]
                 else { throw ConfigError(message: "\(name) must be true or false") }
                 value = flag
             case .strings:
@@ -161,7 +164,8 @@ enum ConfigFile {
         case .address:
             // YAML reads a bare `off` as false.
             if let flag = value as? Bool, flag == false { return }
-            guard let text = value as? String, text == "off" || ListenerConfiguration.Address(parsing: text) != nil else {
+            guard let text = value as? String, text == "off" || ListenerConfiguration.Address(parsing: text) != nil
+            else {
                 throw ConfigError(message: "\(label) must be HOST:PORT or off")
             }
         case .bool:
@@ -169,7 +173,9 @@ enum ConfigFile {
         case .int(let range):
             guard let number = value as? Int else { throw ConfigError(message: "\(label) must be a whole number") }
             guard range.contains(number) else {
-                throw ConfigError(message: "\(label) is \(number), out of range \(range.lowerBound)...\(range.upperBound)")
+                throw ConfigError(
+                    message: "\(label) is \(number), out of range \(range.lowerBound)...\(range.upperBound)"
+                )
             }
         case .choice(let choices):
             guard let text = value as? String, choices.contains(text) else {
@@ -183,7 +189,9 @@ enum ConfigFile {
             guard let list = value as? [Any] else { throw ConfigError(message: "\(label) must be a list") }
             for (index, item) in list.enumerated() {
                 guard let entry = item as? [String: Any] else {
-                    throw ConfigError(message: "\(label)[\(index)] must be a mapping with role and token or token_sha256")
+                    throw ConfigError(
+                        message: "\(label)[\(index)] must be a mapping with role and token or token_sha256"
+                    )
                 }
                 for field in entry.keys where !["role", "token", "token_sha256"].contains(field) {
                     throw ConfigError(message: "\(label)[\(index)]: unknown key \(field)")
@@ -232,8 +240,12 @@ enum ConfigFile {
             var tokens: [TokenEntry] = []
             for case let entry as [String: Any] in list {
                 guard let role = (entry["role"] as? String).flatMap(Role.init(rawValue:)) else { continue }
-                if let plain = entry["token"] as? String { tokens.append(TokenEntry(sha256: TokenEntry.digest(plain), role: role)) }
-                if let hashed = entry["token_sha256"] as? String { tokens.append(TokenEntry(sha256: hashed.lowercased(), role: role)) }
+                if let plain = entry["token"] as? String {
+                    tokens.append(TokenEntry(sha256: TokenEntry.digest(plain), role: role))
+                }
+                if let hashed = entry["token_sha256"] as? String {
+                    tokens.append(TokenEntry(sha256: hashed.lowercased(), role: role))
+                }
             }
             options.tokens = tokens
         }
@@ -250,7 +262,9 @@ enum ConfigFile {
         if let value = int("limits.rate_limit_burst") { options.relay.rateLimitBurst = Double(value) }
         if let value = int("limits.unauthenticated_idle_seconds") { options.relay.unauthenticatedIdleSeconds = value }
         if let value = int("limits.initial_hold_ms") { options.relay.initialHoldMs = value }
-        if let value = int("limits.socket_send_buffer_bytes") { options.relay.socketSendBufferBytes = value == 0 ? nil : value }
+        if let value = int("limits.socket_send_buffer_bytes") {
+            options.relay.socketSendBufferBytes = value == 0 ? nil : value
+        }
         if let value = int("journal.max_entries") { options.retention.maxEntries = UInt64(value) }
         if let value = int("journal.max_age_seconds") { options.retention.maxAgeSeconds = UInt64(value) }
         if let value = int("store.max_batch") { options.maxBatch = value }

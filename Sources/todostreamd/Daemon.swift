@@ -350,7 +350,10 @@ final class Daemon: Sendable {
                 relay.replaceTLSContext(context)
                 logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
             } catch {
-                logger.error("not reloaded: the TLS certificate is unusable; keeping the old settings", metadata: ["reason": "\(error)"])
+                logger.error(
+                    "not reloaded: the TLS certificate is unusable; keeping the old settings",
+                    metadata: ["reason": "\(error)"]
+                )
                 return false
             }
         }

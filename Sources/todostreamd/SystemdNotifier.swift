@@ -1,9 +1,10 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Foundation
 
 /// sd_notify(3) without libsystemd: one datagram to `$NOTIFY_SOCKET`. Without that variable
 /// every call does nothing.

@@ -1,14 +1,234 @@
 import ArgumentParser
+import Foundation
+import NIOCore
+import NIOPosix
+import Relay
+
+/// A minimal NDJSON client for the `tap` and `replay` commands.
+struct LineClient {
+    let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+
+    static func connect(_ address: String) async throws -> LineClient {
+        guard let parsed = ListenerConfiguration.Address(parsing: address) else {
+            throw ValidationError("--connect must be HOST:PORT, not \(address)")
+        }
+        do {
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: parsed.host, port: parsed.port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    }
+                }
+            return LineClient(channel: channel)
+        } catch {
+            fail("cannot connect to \(address): \(error)")
+        }
+    }
+}
+
+/// Splits the inbound byte stream into lines.
+struct Lines: AsyncSequence {
+    typealias Element = String
+    let inbound: NIOAsyncChannelInboundStream<ByteBuffer>
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var source: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
+        var pending: [UInt8] = []
+
+        mutating func next() async throws -> String? {
+            while true {
+                if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: pending[..<newline], as: UTF8.self)
+                    pending.removeFirst(newline + 1)
+                    return line
+                }
+                guard let buffer = try await source.next() else {
+                    if pending.isEmpty { return nil }
+                    defer { pending = [] }
+                    return String(decoding: pending, as: UTF8.self)
+                }
+                pending += buffer.readableBytesView
+            }
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(source: inbound.makeAsyncIterator()) }
+}
+
+func jsonObject(_ line: String) -> [String: Any]? {
+    (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+}
+
+func jsonLine(_ object: [String: Any]) -> String {
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+    return String(decoding: data, as: UTF8.self)
+}
 
 struct Tap: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print every event of a running daemon as NDJSON (needs a monitor token).")
-    @Option(help: "The daemon's NDJSON listener, HOST:PORT.") var connect: String = "127.0.0.1:7878"
-    func run() async throws { fail("tap is not available in this build yet") }
+    static let configuration = CommandConfiguration(
+        abstract: "Print every event of a running daemon as NDJSON (the seed's log-every-event observer).",
+        discussion: "Needs a monitor token: --token, or $TODOSTREAM_TAP_TOKEN."
+    )
+
+    @Option(help: "The daemon's NDJSON listener, HOST:PORT.")
+    var connect: String = "127.0.0.1:7878"
+
+    @Option(help: "A token with the monitor role.")
+    var token: String?
+
+    @Option(help: "Event types or patterns to print (repeatable).")
+    var types: [String] = ["*"]
+
+    func run() async throws {
+        guard let token = token ?? ProcessInfo.processInfo.environment["TODOSTREAM_TAP_TOKEN"] else {
+            throw ValidationError("tap needs a monitor token: --token or $TODOSTREAM_TAP_TOKEN")
+        }
+        let client = try await LineClient.connect(connect)
+        try await client.channel.executeThenClose { inbound, outbound in
+            var lines = Lines(inbound: inbound).makeAsyncIterator()
+            guard let hello = try await lines.next(), jsonObject(hello)?["op"] as? String == "hello" else {
+                fail("\(connect) did not greet like todostreamd")
+            }
+            try await outbound.write(
+                ByteBuffer(string: jsonLine(["op": "auth", "token": token, "id": "tap-auth"]) + "\n")
+            )
+            try await outbound.write(
+                ByteBuffer(string: jsonLine(["op": "subscribe", "types": types, "id": "tap-sub"]) + "\n")
+            )
+            while let line = try await lines.next() {
+                let frame = jsonObject(line)
+                if let re = frame?["re"] as? String, re == "tap-auth" || re == "tap-sub" {
+                    if let error = frame?["error"] as? [String: Any] {
+                        fail("tap refused: \(error["message"] as? String ?? "error")")
+                    }
+                    continue
+                }
+                FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            }
+        }
+    }
 }
 
 struct Replay: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Publish the requests of a recorded NDJSON file and report what differed.")
-    @Argument(help: "The recorded NDJSON file.") var file: String
-    @Option(help: "The daemon's NDJSON listener, HOST:PORT.") var connect: String = "127.0.0.1:7878"
-    func run() async throws { fail("replay is not available in this build yet") }
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Publish the view requests of a recorded NDJSON file in order, waiting for each answer, and report what differed.",
+        discussion: """
+            The file may be a tap recording or a saved nc session. Lines that are not JSON, or \
+            not view requests, are reported with their line numbers and skipped. A recorded \
+            answer (a later line whose re equals the request's id) is compared with the new \
+            one, ignoring times, seqs and sessions.
+            """
+    )
+
+    @Argument(help: "The recorded NDJSON file.")
+    var file: String
+
+    @Option(help: "The daemon's NDJSON listener, HOST:PORT.")
+    var connect: String = "127.0.0.1:7878"
+
+    @Option(help: "A view token, when the daemon requires one.")
+    var token: String?
+
+    static let viewRequests: Set<String> = [
+        "RequestTodoViewModels", "RequestToggleCompleteTodoViewModel", "RequestDeleteTodoViewModel",
+        "RequestNewTodoDetailViewModel", "RequestTodoDetailViewModel", "RequestUpdateDetailViewModel",
+    ]
+
+    func run() async throws {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { fail("cannot read \(file)") }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        // Recorded answers by the id they answer.
+        var recorded: [String: [String: Any]] = [:]
+        for line in lines {
+            guard let frame = jsonObject(line), let re = frame["re"].map({ "\($0)" }), frame["type"] != nil else {
+                continue
+            }
+            if recorded[re] == nil || frame["seq"] == nil { recorded[re] = frame }
+        }
+        let client = try await LineClient.connect(connect)
+        var published = 0
+        var skipped = 0
+        var differences = 0
+        try await client.channel.executeThenClose { inbound, outbound in
+            var replies = Lines(inbound: inbound).makeAsyncIterator()
+            _ = try await replies.next()
+            if let token {
+                try await outbound.write(
+                    ByteBuffer(string: jsonLine(["op": "auth", "token": token, "id": "replay-auth"]) + "\n")
+                )
+                _ = try await replies.next()
+            }
+            for (index, line) in lines.enumerated() {
+                let number = index + 1
+                if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+                guard var frame = jsonObject(line) else {
+                    report("line \(number): not a JSON object; skipped")
+                    skipped += 1
+                    continue
+                }
+                guard let type = frame["type"] as? String, type.hasPrefix("Request") else { continue }
+                guard Self.viewRequests.contains(type) else {
+                    if frame["session"] == nil { report("line \(number): \(type) is not a view request; skipped") }
+                    continue
+                }
+                let originalID = frame["id"].map { "\($0)" }
+                let id = "replay-\(number)"
+                frame["id"] = id
+                frame["session"] = nil
+                frame["seq"] = nil
+                frame["re"] = nil
+                try await outbound.write(ByteBuffer(string: jsonLine(frame) + "\n"))
+                published += 1
+                var answer: [String: Any]?
+                while let reply = try await replies.next() {
+                    guard let object = jsonObject(reply), object["re"] as? String == id else { continue }
+                    if object["op"] as? String == "error" {
+                        report(
+                            "line \(number): \(type) refused: \((object["error"] as? [String: Any])?["message"] ?? "")"
+                        )
+                        differences += 1
+                        break
+                    }
+                    // An update answers twice (the saved detail, then the broadcast): keep the reply.
+                    if answer == nil { answer = object }
+                    if type != "RequestUpdateDetailViewModel" || object["seq"] != nil || object["error"] != nil {
+                        break
+                    }
+                }
+                // A fresh todo is new by nature (its id is made up each time): nothing to compare.
+                if type != "RequestNewTodoDetailViewModel", let originalID, let before = recorded[originalID],
+                    let after = answer,
+                    jsonLine(Self.normalized(before)) != jsonLine(Self.normalized(after))
+                {
+                    report(
+                        "line \(number): \(type) answered differently\n  recorded: \(jsonLine(Self.normalized(before)))\n  now:      \(jsonLine(Self.normalized(after)))"
+                    )
+                    differences += 1
+                }
+            }
+        }
+        report("replayed \(published) requests from \(file); \(skipped) lines skipped; \(differences) differences")
+        if differences > 0 { throw ExitCode(2) }
+    }
+
+    func report(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    /// The parts of an answer that must match: no times, seqs, sessions or correlation ids.
+    static func normalized(_ frame: [String: Any]) -> [String: Any] {
+        func strip(_ value: Any) -> Any {
+            if let object = value as? [String: Any] {
+                var result: [String: Any] = [:]
+                for (key, item) in object where !["createdAt", "completedAt", "seq", "re", "session"].contains(key) {
+                    result[key] = strip(item)
+                }
+                return result
+            }
+            if let list = value as? [Any] { return list.map(strip) }
+            return value
+        }
+        return strip(frame) as? [String: Any] ?? [:]
+    }
 }

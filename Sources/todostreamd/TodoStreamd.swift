@@ -129,7 +129,9 @@ struct SettingsOptions: ParsableArguments {
             }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(parts[1]), role: role))
         }
-        if let monitorToken { options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor)) }
+        if let monitorToken {
+            options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor))
+        }
         try options.validate()
         return options
     }

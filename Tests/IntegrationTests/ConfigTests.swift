@@ -50,11 +50,20 @@ import Testing
     @Test func unknownKeysAndBadValuesNameTheKey() {
         #expect(message("limit:\n  max_frame_bytes: 1000\n")?.contains("unknown key limit") == true)
         #expect(message("limits:\n  max_frame_byte: 1000\n")?.contains("unknown key limits.max_frame_byte") == true)
-        #expect(message("limits:\n  max_frame_bytes: 10\n")?.contains("limits.max_frame_bytes is 10, out of range") == true)
-        #expect(message("limits:\n  max_frame_bytes: lots\n")?.contains("limits.max_frame_bytes must be a whole number") == true)
+        #expect(
+            message("limits:\n  max_frame_bytes: 10\n")?.contains("limits.max_frame_bytes is 10, out of range") == true
+        )
+        #expect(
+            message("limits:\n  max_frame_bytes: lots\n")?.contains("limits.max_frame_bytes must be a whole number")
+                == true
+        )
         #expect(message("storage: paper\n")?.contains("storage must be one of") == true)
         #expect(message("listen:\n  tcp: nowhere\n")?.contains("listen.tcp must be HOST:PORT or off") == true)
-        #expect(message("auth:\n  tokens:\n    - role: admin\n      token: abcdefghij\n")?.contains("role must be view or monitor") == true)
+        #expect(
+            message("auth:\n  tokens:\n    - role: admin\n      token: abcdefghij\n")?.contains(
+                "role must be view or monitor"
+            ) == true
+        )
         #expect(message(": : :\n")?.contains("not valid YAML") == true)
     }
 
@@ -67,7 +76,11 @@ import Testing
         )
         #expect(options.relay.maxQueueBytes == 4096)
         #expect(options.relay.maxConnections == 30)
-        #expect(message(nil, environment: ["TODOSTREAM_LIMITS_MAX_QUEUE_BYTES": "many"])?.contains("TODOSTREAM_LIMITS_MAX_QUEUE_BYTES") == true)
+        #expect(
+            message(nil, environment: ["TODOSTREAM_LIMITS_MAX_QUEUE_BYTES": "many"])?.contains(
+                "TODOSTREAM_LIMITS_MAX_QUEUE_BYTES"
+            ) == true
+        )
         #expect(message(nil, flags: ["--max-frame-bytes", "5"])?.contains("--max-frame-bytes") == true)
     }
 
@@ -87,7 +100,9 @@ import Testing
     @Test func plainTextToTheNetworkWithoutTokensIsRefusedUnlessAllowed() throws {
         #expect(message("listen:\n  tcp: 0.0.0.0:7878\n")?.contains("allow_insecure") == true)
         _ = try resolve("allow_insecure: true\nlisten:\n  tcp: 0.0.0.0:7878\n")
-        _ = try resolve("listen:\n  tcp: 0.0.0.0:7878\nauth:\n  tokens:\n    - role: view\n      token: long-enough-token\n")
+        _ = try resolve(
+            "listen:\n  tcp: 0.0.0.0:7878\nauth:\n  tokens:\n    - role: view\n      token: long-enough-token\n"
+        )
         _ = try resolve("listen:\n  tcp: 127.0.0.1:7878\n")
     }
 
@@ -99,7 +114,12 @@ import Testing
         let options = try settings.resolve(environment: [:])
         var logger = Logger(label: "t")
         logger.logLevel = .critical
-        let daemon = try await Daemon.start(options, logger: logger, signals: [], resolver: { try settings.resolve(environment: [:]) })
+        let daemon = try await Daemon.start(
+            options,
+            logger: logger,
+            signals: [],
+            resolver: { try settings.resolve(environment: [:]) }
+        )
         let running = Task { try await daemon.run(handleHangup: false) }
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
         try Data("storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: 7\n".utf8)

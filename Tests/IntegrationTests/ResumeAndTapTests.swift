@@ -177,7 +177,9 @@ import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct AuthAndTapTests {
     @Test func theTapSeesModelLayerEventsMarkedWithTheirSession() async throws {
-        try await withDaemon(.custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("tap-secret"), role: .monitor)] })) { daemon in
+        try await withDaemon(
+            .custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("tap-secret"), role: .monitor)] })
+        ) { daemon in
             let (tap, hello) = try await daemon.client()
             #expect(hello["auth"] as? String == "none")
             try await tap.send(["op": "subscribe", "types": ["ResponseTodos"], "id": "early"])
@@ -208,7 +210,9 @@ import Testing
     }
 
     @Test func requiredAuthGatesEverythingButPingAndClosesAfterThreeBadTokens() async throws {
-        try await withDaemon(.custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)] })) { daemon in
+        try await withDaemon(
+            .custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)] })
+        ) { daemon in
             let (client, hello) = try await daemon.client()
             #expect(hello["auth"] as? String == "required")
             try await client.send(["type": "RequestTodoViewModels", "id": 1])

@@ -1,9 +1,9 @@
 import Foundation
 import Glibc
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
-import Logging
 import Testing
 
 @testable import todostreamd
@@ -25,7 +25,9 @@ final class NotifySocket: Sendable {
             for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
         }
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         #expect(bound == 0)
         let messages = self.messages
@@ -80,7 +82,9 @@ final class NotifySocket: Sendable {
 
     @Test func watchdogIsForThisProcessOnly() {
         #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "4000000"]) == .seconds(2))
-        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"]) == nil)
+        #expect(
+            SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"]) == nil
+        )
         #expect(SystemdNotifier.watchdogInterval(environment: [:]) == nil)
         #expect(SystemdNotifier(environment: [:]).notify("READY=1") == false)
     }
@@ -99,7 +103,10 @@ final class NotifySocket: Sendable {
         let wedged = group.any().submit {
             while !release.withLockedValue({ $0 }) { usleep(1000) }
         }
-        #expect(await Daemon.probe(group: group, store: daemon.store, relay: daemon.relay, timeout: .milliseconds(300)) == nil)
+        #expect(
+            await Daemon.probe(group: group, store: daemon.store, relay: daemon.relay, timeout: .milliseconds(300))
+                == nil
+        )
         release.withLockedValue { $0 = true }
         try await wedged.get()
         #expect(await Daemon.probe(group: group, store: daemon.store, relay: daemon.relay) != nil)
