@@ -243,6 +243,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             try sync.addHandler(NIOSSLServerHandler(context: tls))
         }
         let services = self.services
+        let settings = self.settings
         let allowedOrigins = configuration.allowedOrigins
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.webSocketHardCapBytes,
@@ -252,10 +253,15 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 guard path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins) else {
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
-                return channel.eventLoop.makeSucceededFuture(HTTPHeaders())
+                var headers = HTTPHeaders()
+                if let (_, subprotocol) = Self.presentedToken(head.headers, auth: settings.auth), let subprotocol {
+                    headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
+                }
+                return channel.eventLoop.makeSucceededFuture(headers)
             },
-            upgradePipelineHandler: { channel, _ in
-                channel.eventLoop.makeCompletedFuture {
+            upgradePipelineHandler: { channel, head in
+                let role = Self.presentedToken(head.headers, auth: settings.auth)?.role
+                return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(
                         WebSocketTransportHandler(
@@ -269,7 +275,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             loop: channel.eventLoop,
                             transport: secure ? "wss" : "ws",
                             remoteIP: channel.remoteAddress?.ipAddress ?? "?",
-                            startMode: .immediately
+                            startMode: .immediately,
+                            preauthenticated: role
                         )
                     )
                 }
@@ -286,6 +293,20 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             )
         )
         try sync.addHandler(httpHandler)
+    }
+
+    /// A valid token presented with the upgrade: `Authorization: Bearer TOKEN`, or (for
+    /// browsers, which cannot set headers) one of the offered subprotocols, echoed back.
+    static func presentedToken(_ headers: HTTPHeaders, auth: AuthConfiguration) -> (role: Role, subprotocol: String?)? {
+        if let authorization = headers.first(name: "Authorization"), authorization.lowercased().hasPrefix("bearer ") {
+            let token = String(authorization.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+            if let role = auth.role(for: token) { return (role, nil) }
+        }
+        for value in headers[canonicalForm: "Sec-WebSocket-Protocol"] {
+            let offered = String(value).trimmingCharacters(in: .whitespaces)
+            if let role = auth.role(for: offered) { return (role, offered) }
+        }
+        return nil
     }
 
     /// Browsers send `Origin`; other clients usually do not. Without a configured list, an

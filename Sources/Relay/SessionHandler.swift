@@ -30,6 +30,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     let transport: String
     private let services: RelayServices<Codec>
     private let startMode: StartMode
+    /// A role granted before the session started (a WebSocket upgrade that carried a token).
+    private let preauthenticated: Role?
     private let remoteIP: String
     private let catalog: EventCatalog
     private var logger: Logger
@@ -65,8 +67,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         loop: any EventLoop,
         transport: String,
         remoteIP: String,
-        startMode: StartMode
+        startMode: StartMode,
+        preauthenticated: Role? = nil
     ) {
+        self.preauthenticated = preauthenticated
         self.services = services
         self.id = services.hub.makeSessionID()
         self.loop = loop
@@ -120,8 +124,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         registered = true
         services.hub.metrics.connected(transport)
         let auth = services.settings.auth
-        authenticated = !auth.required
-        if authenticated { applySubscriptions(patterns, role: .view) }
+        authenticated = !auth.required || preauthenticated != nil
+        if authenticated { applySubscriptions(patterns, role: preauthenticated ?? .view) }
         logger.debug("session started")
         let hello = OutboundFrame.op("hello", correlation: nil) { writer in
             writer.field("protocol", 1)
@@ -140,7 +144,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             let bound = NIOLoopBound(self, eventLoop: loop)
             loop.scheduleTask(in: .milliseconds(Int64(configuration.initialHoldMs))) { bound.value.releaseStartHold() }
         }
-        if auth.required {
+        if !authenticated {
             let seconds = configuration.unauthenticatedIdleSeconds
             let bound = NIOLoopBound(self, eventLoop: loop)
             idleTimer = loop.scheduleTask(in: .seconds(Int64(seconds))) {

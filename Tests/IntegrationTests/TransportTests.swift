@@ -12,14 +12,21 @@ import Testing
 struct RawWebSocket {
     let connection: TestConnection
 
-    static func open(port: Int, origin: String? = nil) async throws -> (RawWebSocket?, status: String) {
+    static func open(
+        port: Int,
+        origin: String? = nil,
+        headers: [String] = []
+    ) async throws -> (
+        RawWebSocket?, status: String
+    ) {
         let connection = try await TestConnection.connect(port: port)
         var request = "GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         if let origin { request += "Origin: \(origin)\r\n" }
+        for header in headers { request += header + "\r\n" }
         try await connection.send(request + "\r\n")
         let head = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
-        let status = String(head.split(separator: "\r\n").first ?? "")
+        let status = head.replacingOccurrences(of: "\r\n\r\n", with: "")
         guard status.contains(" 101 ") else { return (nil, status) }
         return (RawWebSocket(connection: connection), status)
     }
@@ -133,6 +140,29 @@ struct RawWebSocket {
             }
             #expect(try await ws.receiveClose() == expected)
             _ = try await ws.connection.waitForClose()
+        }
+    }
+
+    @Test func aTokenInTheUpgradeAuthenticatesTheSession() async throws {
+        let token = "upgrade-token-1"
+        try await withDaemon(.custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest(token), role: .view)] })) {
+            daemon in
+            for header in ["Authorization: Bearer \(token)", "Sec-WebSocket-Protocol: \(token)"] {
+                let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort, headers: [header])
+                let ws = try #require(socket)
+                if header.hasPrefix("Sec-WebSocket-Protocol") {
+                    #expect(status.contains("Sec-WebSocket-Protocol: \(token)"))
+                }
+                #expect(try await ws.receiveJSON()["auth"] as? String == "required")
+                try await ws.sendText(#"{"type":"RequestTodoViewModels","id":"l"}"#)
+                #expect(try await ws.receiveJSON()["type"] as? String == "ResponseTodoViewModels")
+            }
+            let ws = try #require(
+                try await RawWebSocket.open(port: daemon.httpPort, headers: ["Authorization: Bearer wrong"]).0
+            )
+            _ = try await ws.receiveJSON()
+            try await ws.sendText(#"{"type":"RequestTodoViewModels","id":"l"}"#)
+            #expect(errorCode(try await ws.receiveJSON()) == "unauthorized")
         }
     }
 
