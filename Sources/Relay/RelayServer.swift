@@ -13,9 +13,14 @@ public struct ListenerConfiguration: Sendable, Hashable {
     public struct Address: Sendable, Hashable, CustomStringConvertible {
         public var host: String
         public var port: Int
-        public init(host: String, port: Int) {
+        /// A listening socket inherited from the service manager (socket activation); when
+        /// set, it is used instead of binding host and port.
+        public var inheritedDescriptor: Int32?
+
+        public init(host: String, port: Int, inheritedDescriptor: Int32? = nil) {
             self.host = host
             self.port = port
+            self.inheritedDescriptor = inheritedDescriptor
         }
 
         /// Parses `HOST:PORT` (`[::1]:7878` for IPv6).
@@ -30,7 +35,10 @@ public struct ListenerConfiguration: Sendable, Hashable {
             self.port = port
         }
 
-        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+        public var description: String {
+            if let inheritedDescriptor { return "inherited socket \(inheritedDescriptor)" }
+            return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        }
     }
 
     /// NDJSON over plain TCP.
@@ -200,6 +208,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 return channel.eventLoop.makeCompletedFuture { try initializer(channel) }
             }
         do {
+            if let descriptor = address.inheritedDescriptor {
+                return try await bootstrap.withBoundSocket(descriptor).get()
+            }
             return try await bootstrap.bind(host: address.host, port: address.port).get()
         } catch let error as IOError {
             throw ListenError(message: "cannot listen on \(address) (\(kind)): \(Self.reason(error))")

@@ -132,6 +132,7 @@ struct SettingsOptions: ParsableArguments {
         if let monitorToken {
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor))
         }
+        SocketActivation.apply(try SocketActivation.descriptors(environment: environment), to: &options.listeners)
         try options.validate()
         return options
     }

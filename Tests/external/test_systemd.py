@@ -206,3 +206,46 @@ def test_sighup_applies_a_good_config_and_keeps_the_old_one_when_bad(daemon_fact
     assert read_until(reader, lambda f: f.get("re") == "c")["op"] == "pong"
     send(sock, {"op": "subscribe", "types": ["ResponseTodoDetailViewModel", "ResponseUpdateDetailViewModel"], "id": "d"})
     assert read_until(reader, lambda f: f.get("re") == "d")["op"] == "subscribed"
+
+
+def test_socket_activation_serves_on_inherited_sockets_that_survive_a_restart(tmp_path):
+    for unit in ["todostreamd.socket", "todostreamd-http.socket"]:
+        result = subprocess.run(["systemd-analyze", "verify", str(REPO / "systemd" / unit)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+
+    def start():
+        def hand_over():
+            os.dup2(listener.fileno(), 3)
+        env = dict(os.environ, LISTEN_FDS="1", LISTEN_FDNAMES="tcp")
+        env.pop("LISTEN_PID", None)
+        return subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"), "--http-listen", "off"],
+                                env=env, preexec_fn=hand_over, pass_fds=(3, listener.fileno()),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = start()
+    try:
+        sock, reader, _ = line_client(port)
+        saved = create_todo(sock, reader, "via an inherited socket", "a")
+        sock.close()
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+        # While no daemon runs, the kernel still accepts on the inherited socket; the next
+        # daemon greets the waiting client.
+        waiting = socket.create_connection(("127.0.0.1", port), timeout=30)
+        second = start()
+        try:
+            hello = json.loads(waiting.makefile("rb").readline())
+            assert hello["op"] == "hello"
+            assert hello["seq"] == saved["seq"]
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+        listener.close()
