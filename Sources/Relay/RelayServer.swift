@@ -130,7 +130,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         var channels: [any Channel] = []
         do {
             if let address = listeners.tcp {
-                let channel = try await bind(address, kind: "TCP") { [self] channel in
+                let channel = try await bind(address, kind: "TCP", halfClosure: true) { [self] channel in
                     try self.configureStream(channel, tls: nil)
                 }
                 channels.append(channel)
@@ -140,7 +140,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 guard tlsContext.withLockedValue({ $0 }) != nil else {
                     throw ListenError(message: "cannot listen on \(address) for TLS: no certificate configured")
                 }
-                let channel = try await bind(address, kind: "TLS") { [self] channel in
+                let channel = try await bind(address, kind: "TLS", halfClosure: true) { [self] channel in
                     try self.configureStream(channel, tls: self.tlsContext.withLockedValue { $0 })
                 }
                 channels.append(channel)
@@ -175,6 +175,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private func bind(
         _ address: ListenerConfiguration.Address,
         kind: String,
+        halfClosure: Bool = false,
         _ initializer: @escaping @Sendable (any Channel) throws -> Void
     ) async throws -> any Channel {
         let hub = self.hub
@@ -187,6 +188,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelOption(.allowRemoteHalfClosure, value: halfClosure)
             .childChannelInitializer { channel in
                 let ip = channel.remoteAddress?.ipAddress ?? "?"
                 switch hub.admit(ip: ip, limits: settings.configuration) {

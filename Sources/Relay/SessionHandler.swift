@@ -61,6 +61,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var fanOutPending = false
     private var framesSinceEmpty = 0
     private var idleTimer: Scheduled<Void>?
+    /// The client half-closed its side: close once every frame it sent is answered.
+    private var inputClosed = false
 
     init(
         services: RelayServices<Codec>,
@@ -101,6 +103,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {
+            // The client has finished sending (e.g. `nc -N`, a pipe at its end): answer
+            // everything it sent, then close.
+            inputClosed = true
+            if started { drain() }
+            return
+        }
         if startMode == .onTLSHandshake, let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
             start()
         }
@@ -203,6 +212,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             handle(next)
         }
         flush()
+        if inputClosed, !busy, inbound.isEmpty, !closing, let context {
+            closing = true
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(ByteBuffer())).whenComplete { _ in channel.close(promise: nil) }
+            return
+        }
         if readHeld, inbound.count < configuration.maxPipelinedFrames, let context {
             readHeld = false
             context.read()

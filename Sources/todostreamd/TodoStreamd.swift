@@ -2,7 +2,9 @@ import ArgumentParser
 import EventStream
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import Relay
+import UnixSignals
 
 @main
 struct TodoStreamd: AsyncParsableCommand {
@@ -169,15 +171,40 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "todostreamd")
+        // Trap SIGTERM and SIGINT before anything listens, so that a signal arriving while the
+        // daemon starts is a graceful shutdown too, never the default kill.
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+        let started = NIOLockedValueBox<(daemon: Daemon?, stopRequested: Bool)>((nil, false))
+        let watcher = Task {
+            for await signal in signals {
+                logger.notice("shutting down", metadata: ["signal": "\(signal)"])
+                let daemon = started.withLockedValue { state -> Daemon? in
+                    state.stopRequested = true
+                    return state.daemon
+                }
+                await daemon?.shutdown()
+            }
+        }
+        defer { watcher.cancel() }
         let daemon: Daemon
         do {
             let settings = self.settings
-            daemon = try await Daemon.start(options, logger: logger, resolver: { try settings.resolve() })
+            daemon = try await Daemon.start(options, logger: logger, signals: [], resolver: { try settings.resolve() })
         } catch let error as StartupError {
             fail(error.message)
         }
+        let stopRequested = started.withLockedValue { state -> Bool in
+            state.daemon = daemon
+            return state.stopRequested
+        }
         if let portFile {
             try writePortFile(portFile, daemon.addresses)
+        }
+        if stopRequested {
+            // Stopped while starting: drain (no one is connected yet) and leave.
+            await daemon.relay.drain()
+            await daemon.store.close()
+            return
         }
         try await daemon.run()
     }

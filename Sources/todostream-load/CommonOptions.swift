@@ -1,0 +1,145 @@
+import ArgumentParser
+import NIOCore
+import NIOPosix
+
+/// Options every scenario takes.
+struct CommonOptions: ParsableArguments {
+    @Option(help: "The server: todostreamd, nats or redis.")
+    var target: Target
+
+    @Option(help: "The server's address (loopback only).")
+    var host = "127.0.0.1"
+
+    @Option(help: "The server's TCP port (todostreamd: its NDJSON listener, or its HTTP listener with --transport ws).")
+    var port: Int
+
+    @Option(help: "todostreamd only: tcp (NDJSON) or ws (WebSocket at /events).")
+    var transport: Transport = .tcp
+
+    @Option(help: "The server's PID, to read its RSS from /proc/PID/status.")
+    var pid: Int32?
+
+    @Option(help: "Event-loop threads of the load tool.")
+    var threads = 2
+
+    @Option(
+        name: .customLong("per-address"),
+        help: "Connections per loopback source address (127.0.0.2, 127.0.0.3, …); 0 lets the kernel choose."
+    )
+    var perAddress = 500
+
+    @Option(name: .customLong("first-address"), help: "Last octet of the first source address.")
+    var firstAddress = 2
+
+    @Option(
+        name: .customLong("payload-bytes"),
+        help: "Peers: size of each published payload (todostreamd's frames are what the daemon sends)."
+    )
+    var payloadBytes = 400
+
+    @Option(help: "A label copied into the JSON result.")
+    var label: String?
+
+    func validate() throws {
+        guard host.hasPrefix("127.") || host == "localhost" || host == "::1" else {
+            throw ValidationError("--host must be a loopback address: the load tool never leaves this machine.")
+        }
+        guard transport == .tcp || target == .todostreamd else {
+            throw ValidationError("--transport ws applies to todostreamd only.")
+        }
+        guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64.") }
+        guard payloadBytes >= PeerPayload.headerBytes, payloadBytes <= 65_536 else {
+            throw ValidationError("--payload-bytes must be \(PeerPayload.headerBytes)…65536.")
+        }
+    }
+
+    /// The server as results name it: "todostreamd (ws)" over WebSocket.
+    var serverName: String { transport == .webSocket ? "\(target.rawValue) (ws)" : target.rawValue }
+
+    var endpoint: Endpoint { Endpoint(target: target, host: host, port: port, transport: transport) }
+
+    func settings(todoID: String = "", subject: String = "bench") -> ConnectionSettings {
+        ConnectionSettings(payloadBytes: payloadBytes, subject: subject, todoID: todoID)
+    }
+
+    /// The report's opening fields.
+    func report(scenario: String) -> Report {
+        var report = Report()
+        report.set("scenario", scenario)
+        report.set("target", target.rawValue)
+        if target == .todostreamd { report.set("transport", transport.rawValue) }
+        if let label { report.set("label", label) }
+        report.set("threads", threads)
+        return report
+    }
+
+    func residentKiB() -> Int? { pid.flatMap { SystemProbe.residentKiB(pid: $0) } }
+}
+
+/// Samples a process's RSS every 100 ms and keeps the peak.
+struct PeakSampler {
+    private let task: Task<Int, Never>?
+
+    init(pid: Int32?) {
+        guard let pid else {
+            task = nil
+            return
+        }
+        task = Task {
+            var peak = 0
+            while !Task.isCancelled {
+                if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak, current) }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak, current) }
+            return peak
+        }
+    }
+
+    func stop() async -> Int? {
+        guard let task else { return nil }
+        task.cancel()
+        return await task.value
+    }
+}
+
+/// Prints a result: JSON on standard output, the human line on standard error.
+func emit(_ report: Report, human: String) {
+    print(report.jsonLine)
+    var standardError = StandardError()
+    print(human, to: &standardError)
+}
+
+struct StandardError: TextOutputStream {
+    mutating func write(_ string: String) {
+        var text = string
+        text.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = writeToStandardError(bytes.baseAddress! + offset, bytes.count - offset)
+                if written <= 0 { return }
+                offset += written
+            }
+        }
+    }
+}
+
+func sleep(seconds: Double) async {
+    try? await Task.sleep(for: .milliseconds(Int((seconds * 1_000).rounded())))
+}
+
+/// Runs `body` with a fresh event-loop group and shuts the group down afterwards.
+func withEventLoopGroup<T>(
+    threads: Int,
+    _ body: (MultiThreadedEventLoopGroup) async throws -> T
+) async throws -> T {
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
+    do {
+        let result = try await body(group)
+        try? await group.shutdownGracefully()
+        return result
+    } catch {
+        try? await group.shutdownGracefully()
+        throw error
+    }
+}

@@ -1,0 +1,69 @@
+import ArgumentParser
+
+/// N subscribers, one publisher: delivered messages/s and publish→receive latency.
+struct Fanout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "N subscribers and one publisher: delivered messages/s, publish→receive latency.",
+        discussion: """
+            todostreamd: the publisher toggles one todo it created (each toggle a durable state \
+            change broadcast to every client as ResponseTodoViewModel); latency runs from the \
+            send of the request to the receipt of the broadcast with its seq. Peers: the \
+            publisher sends --payload-bytes messages carrying their send time.
+            """
+    )
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: "Subscribers.")
+    var subscribers = 100
+
+    @Option(help: "Publishes per second; 0 publishes as fast as the window allows.")
+    var rate: Double = 0
+
+    @Option(help: "Seconds measured (after the warm-up).")
+    var duration: Double = 5
+
+    @Option(help: "Seconds of publishing before measuring.")
+    var warmup: Double = 1
+
+    @Option(help: "Unthrottled: messages published but not yet delivered to every subscriber.")
+    var window = 256
+
+    @Option(
+        help: "Seconds at most to wait for the last messages after publishing stops (or until 2 s pass without any)."
+    )
+    var drain: Double = 15
+
+    func validate() throws {
+        guard (1...60_000).contains(subscribers) else { throw ValidationError("--subscribers must be 1…60000.") }
+        guard rate >= 0, rate <= 1_000_000 else { throw ValidationError("--rate must be 0…1000000.") }
+        guard duration > 0, duration <= 600, warmup >= 0, warmup <= 60, drain >= 0, drain <= 60 else {
+            throw ValidationError("--duration ≤ 600 s, --warmup ≤ 60 s and --drain ≤ 60 s.")
+        }
+        guard window >= 1 else { throw ValidationError("--window must be at least 1.") }
+    }
+
+    func run() async throws {
+        SystemProbe.raiseFileLimit(to: subscribers + 1_024)
+        let outcome = try await FanoutRun(
+            common: common,
+            subscribers: subscribers,
+            rate: rate,
+            duration: duration,
+            warmup: warmup,
+            window: window,
+            drain: drain
+        ).execute()
+        var report = common.report(scenario: "fanout")
+        report.set("rate", rate > 0 ? .double(rate) : .string("max"))
+        if rate == 0 { report.set("window", window) }
+        outcome.fill(&report)
+        let mode = rate > 0 ? "\(grouped(rate)) pub/s" : "unthrottled"
+        emit(
+            report,
+            human: "fanout \(common.serverName) subscribers=\(outcome.fastSubscribers) \(mode): "
+                + "\(grouped(outcome.deliveredPerSecond)) msg/s delivered "
+                + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(outcome.latencyText); \(outcome.problemsText)"
+        )
+    }
+}
