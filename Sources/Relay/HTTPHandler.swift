@@ -29,11 +29,17 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let health: @Sendable () async -> HealthReport
     private let metrics: @Sendable () async -> String
+    private let originAllowed: @Sendable (HTTPHeaders) -> Bool
     private var head: HTTPRequestHead?
 
-    init(health: @escaping @Sendable () async -> HealthReport, metrics: @escaping @Sendable () async -> String) {
+    init(
+        health: @escaping @Sendable () async -> HealthReport,
+        metrics: @escaping @Sendable () async -> String,
+        originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true }
+    ) {
         self.health = health
         self.metrics = metrics
+        self.originAllowed = originAllowed
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -96,6 +102,16 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         if path == "/events" {
+            // An upgrade reaches this handler only when it was refused; say why.
+            if !originAllowed(head.headers) {
+                return respond(
+                    context,
+                    head,
+                    .forbidden,
+                    "text/plain; charset=utf-8",
+                    Array("This Origin may not open /events (see websocket.allowed_origins).\n".utf8)
+                )
+            }
             return respond(
                 context,
                 head,

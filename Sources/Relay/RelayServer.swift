@@ -86,6 +86,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+    private let deflateCodecs: DeflateCodecs
 
     private struct State {
         var serverChannels: [any Channel] = []
@@ -110,6 +111,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         self.services = RelayServices(hub: hub, publish: publish, journal: journal, settings: settings, logger: logger)
         self.listeners = listeners
         self.group = group
+        self.deflateCodecs = DeflateCodecs(group: group)
         self.tlsContext = NIOLockedValueBox(tlsContext)
         self.health = health
         self.metrics = metrics
@@ -270,16 +272,24 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 if let (_, subprotocol) = Self.presentedToken(head.headers, auth: settings.auth), let subprotocol {
                     headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
                 }
+                if configuration.webSocketCompression, let deflate = PerMessageDeflate.negotiate(head.headers) {
+                    headers.add(name: "Sec-WebSocket-Extensions", value: deflate.responseHeader)
+                }
                 return channel.eventLoop.makeSucceededFuture(headers)
             },
-            upgradePipelineHandler: { channel, head in
+            upgradePipelineHandler: { [deflateCodecs] channel, head in
                 let role = Self.presentedToken(head.headers, auth: settings.auth)?.role
+                let deflate =
+                    configuration.webSocketCompression ? PerMessageDeflate.negotiate(head.headers) : nil
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(
                         WebSocketTransportHandler(
                             maxFrameBytes: configuration.maxFrameBytes,
-                            hardCap: configuration.webSocketHardCapBytes
+                            hardCap: configuration.webSocketHardCapBytes,
+                            deflate: deflate,
+                            codec: deflate == nil ? nil : deflateCodecs.codec(on: channel.eventLoop),
+                            compressMinBytes: configuration.webSocketCompressMinBytes
                         )
                     )
                     try sync.addHandler(
@@ -295,7 +305,11 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 }
             }
         )
-        let httpHandler = HTTPHandler(health: health, metrics: metrics)
+        let httpHandler = HTTPHandler(
+            health: health,
+            metrics: metrics,
+            originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) }
+        )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
         try sync.configureHTTPServerPipeline(
             withServerUpgrade: (

@@ -6,7 +6,11 @@ import NIOWebSocket
 /// Reassembles fragmented messages up to the hard cap (close 1009 beyond it), reports
 /// messages over `max_frame_bytes` as `.tooLarge` without keeping them, answers pings, runs the
 /// close handshake, and closes with 1002 on protocol violations (unmasked client frames,
-/// reserved bits, bad continuation, bad control frames) and 1007 on invalid UTF-8.
+/// reserved bits, bad continuation, bad control frames) and 1007 on invalid UTF-8. With
+/// permessage-deflate negotiated, RSV1 on a message's first frame marks it compressed: it is
+/// inflated after reassembly, never past `max_frame_bytes` (beyond it the message is
+/// `.tooLarge`; a stream that does not inflate closes 1007), and outgoing messages of at least
+/// `compressMinBytes` go out compressed.
 final class WebSocketTransportHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = FrameEvent
@@ -19,18 +23,37 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private var messageOpcode: WebSocketOpcode = .text
     private var messageBytes = 0
     private var messageOversized = false
+    private var messageCompressed = false
     private var closeSent = false
+    private let deflate: PerMessageDeflate?
+    private let codec: DeflateCodec?
+    private let compressMinBytes: Int
 
-    init(maxFrameBytes: Int, hardCap: Int) {
+    init(
+        maxFrameBytes: Int,
+        hardCap: Int,
+        deflate: PerMessageDeflate? = nil,
+        codec: DeflateCodec? = nil,
+        compressMinBytes: Int = 1024
+    ) {
         self.maxFrameBytes = maxFrameBytes
         self.hardCap = hardCap
+        self.deflate = codec == nil ? nil : deflate
+        self.codec = codec
+        self.compressMinBytes = compressMinBytes
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         guard !closeSent else { return }
         guard frame.maskKey != nil else { return fail(context, .protocolError) }
-        guard !frame.rsv1, !frame.rsv2, !frame.rsv3 else { return fail(context, .protocolError) }
+        guard !frame.rsv2, !frame.rsv3 else { return fail(context, .protocolError) }
+        if frame.rsv1 {
+            // Only the first frame of a data message may carry RSV1, and only with deflate.
+            guard deflate != nil, frame.opcode == .text || frame.opcode == .binary else {
+                return fail(context, .protocolError)
+            }
+        }
         switch frame.opcode {
         case .ping:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
@@ -47,6 +70,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             messageOpcode = frame.opcode
             messageBytes = 0
             messageOversized = false
+            messageCompressed = frame.rsv1
             message = context.channel.allocator.buffer(capacity: frame.length)
             append(context, frame)
         case .continuation:
@@ -68,13 +92,22 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             var data = frame.unmaskedData
             message?.writeBuffer(&data)
         }
-        guard frame.fin, let complete = message else { return }
+        guard frame.fin, var complete = message else { return }
         message = nil
         if messageOpcode == .binary {
-            context.fireChannelRead(wrapInboundOut(.binary))
-        } else if messageOversized {
-            context.fireChannelRead(wrapInboundOut(.tooLarge))
-        } else if String(validating: complete.readableBytesView, as: UTF8.self) == nil {
+            return context.fireChannelRead(wrapInboundOut(.binary))
+        }
+        if messageOversized {
+            return context.fireChannelRead(wrapInboundOut(.tooLarge))
+        }
+        if messageCompressed, let codec {
+            switch codec.inflate(complete, maxBytes: maxFrameBytes, allocator: context.channel.allocator) {
+            case .success(let inflated): complete = inflated
+            case .failure(.tooLarge): return context.fireChannelRead(wrapInboundOut(.tooLarge))
+            case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
+            }
+        }
+        if String(validating: complete.readableBytesView, as: UTF8.self) == nil {
             fail(context, .dataInconsistentWithMessage)
         } else {
             context.fireChannelRead(wrapInboundOut(.frame(complete)))
@@ -127,6 +160,16 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         var buffer = unwrapOutboundIn(data)
         if buffer.readableBytesView.last == UInt8(ascii: "\n") {
             buffer.moveWriterIndex(to: buffer.writerIndex - 1)
+        }
+        if let deflate, let codec, buffer.readableBytes >= compressMinBytes,
+            let compressed = codec.deflate(
+                buffer,
+                windowBits: deflate.serverWindowBits,
+                allocator: context.channel.allocator
+            )
+        {
+            let frame = WebSocketFrame(fin: true, rsv1: true, opcode: .text, data: compressed)
+            return context.write(wrapOutboundOut(frame), promise: promise)
         }
         context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: buffer)), promise: promise)
     }

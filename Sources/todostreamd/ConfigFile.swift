@@ -40,6 +40,8 @@ enum ConfigFile {
         "tls.dev": .bool,
         "auth.tokens": .tokens,
         "websocket.allowed_origins": .strings,
+        "websocket.compression": .bool,
+        "websocket.compress_min_bytes": .int(0...(64 << 20)),
         "limits.max_frame_bytes": .int(256...(1 << 20)),
         "limits.websocket_max_message_bytes": .int(1024...(64 << 20)),
         "limits.max_queue_bytes": .int(1024...(1 << 30)),
@@ -250,6 +252,8 @@ enum ConfigFile {
             options.tokens = tokens
         }
         if let list = values["websocket.allowed_origins"] as? [String] { options.relay.allowedOrigins = list }
+        if let value = values["websocket.compression"] as? Bool { options.relay.webSocketCompression = value }
+        if let value = int("websocket.compress_min_bytes") { options.relay.webSocketCompressMinBytes = value }
         if let value = int("limits.max_frame_bytes") { options.relay.maxFrameBytes = value }
         if let value = int("limits.websocket_max_message_bytes") { options.relay.webSocketHardCapBytes = value }
         if let value = int("limits.max_queue_bytes") { options.relay.maxQueueBytes = value }

@@ -109,6 +109,14 @@ def test_permessage_deflate_is_offered(daemon):
         ext = c.ws.response.headers.get("Sec-WebSocket-Extensions", "")
         assert "permessage-deflate" in ext, f"no permessage-deflate in the upgrade response: {dict(c.ws.response.headers)}"
         c.ping()
+        # Both directions compressed by the library's own zlib: requests (websockets compresses
+        # every message), and a list long enough to pass compress_min_bytes.
+        for i in range(15):
+            create_todo(c, f"compressed todo number {i} with a reasonably long title")
+        listed = list_todos(c)
+        assert len(listed) == 15, listed
+        assert sorted(v["title"] for v in listed) == sorted(
+            f"compressed todo number {i} with a reasonably long title" for i in range(15))
 
 
 # ============================================================================================
