@@ -358,6 +358,10 @@ final class Daemon: Sendable {
             }
         }
         relay.settings.update(configuration: next.relay, auth: next.auth)
+        if next.logLevel != current.logLevel, let level = Logger.Level(rawValue: next.logLevel) {
+            LogLevelControl.level = level
+            logger.notice("log level changed", metadata: ["log_level": "\(level)"])
+        }
         currentOptions.withLockedValue { $0 = next }
         logger.notice("reloaded")
         return true

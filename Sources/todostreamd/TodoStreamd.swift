@@ -164,11 +164,11 @@ struct Serve: AsyncParsableCommand {
         } catch let error as ConfigError {
             fail(error.message)
         }
-        let level = Logger.Level(rawValue: options.logLevel) ?? .info
+        LogLevelControl.level = Logger.Level(rawValue: options.logLevel) ?? .info
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            handler.logLevel = .trace
+            return ReloadableLogHandler(handler)
         }
         let logger = Logger(label: "todostreamd")
         // Trap SIGTERM and SIGINT before anything listens, so that a signal arriving while the

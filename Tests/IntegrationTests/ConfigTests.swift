@@ -126,9 +126,25 @@ import Testing
             .write(to: URL(fileURLWithPath: path))
         #expect(daemon.reload())
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 7)
-        try Data("limits:\n  max_subscriptions: -1\n".utf8).write(to: URL(fileURLWithPath: path))
+        // The log level changes live, for loggers already made too.
+        let before = LogLevelControl.level
+        defer { LogLevelControl.level = before }
+        LogLevelControl.level = .info
+        let existing = Logger(
+            label: "made-before-the-reload",
+            factory: { _ in ReloadableLogHandler(SwiftLogNoOpLogHandler()) }
+        )
+        #expect(existing.logLevel == .info)
+        try Data(
+            "storage: memory\nlog_level: debug\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: 7\n"
+                .utf8
+        ).write(to: URL(fileURLWithPath: path))
+        #expect(daemon.reload())
+        #expect(existing.logLevel == .debug)
+        try Data("limits:\n  max_subscriptions: -1\nlog_level: trace\n".utf8).write(to: URL(fileURLWithPath: path))
         #expect(daemon.reload() == false)
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 7)
+        #expect(existing.logLevel == .debug, "a refused reload changes nothing")
         await daemon.shutdown()
         try await running.value
     }
