@@ -42,6 +42,8 @@ public struct RelayConfiguration: Sendable, Equatable {
     public var serverName: String = "todostreamd/1.0.0"
     /// Allowed `Origin` values for WebSocket upgrades; empty means the request's own host.
     public var allowedOrigins: [String] = []
+    /// Payload fields whose values monitor sessions (taps, loggers) receive as `"[redacted]"`.
+    public var monitorRedactedFields: [String] = []
     /// Whether WebSocket upgrades accept permessage-deflate when the client offers it.
     public var webSocketCompression: Bool = true
     /// WebSocket messages shorter than this go out uncompressed even with deflate.

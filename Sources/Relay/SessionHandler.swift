@@ -600,7 +600,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func write(_ buffer: ByteBuffer) {
         guard let context, !closing else { return }
-        context.write(wrapOutboundOut(buffer), promise: nil)
+        if role == .monitor, let redactor = PayloadRedactor(fields: configuration.monitorRedactedFields) {
+            // Monitors are few; their frames are rewritten one by one, nobody else's are.
+            context.write(wrapOutboundOut(redactor.redact(buffer)), promise: nil)
+        } else {
+            context.write(wrapOutboundOut(buffer), promise: nil)
+        }
         needsFlush = true
         framesSinceEmpty += 1
     }

@@ -41,6 +41,7 @@ enum ConfigFile {
         "auth.tokens": .tokens,
         "websocket.allowed_origins": .strings,
         "websocket.compression": .bool,
+        "monitor.redact_fields": .strings,
         "websocket.compress_min_bytes": .int(0...(64 << 20)),
         "limits.max_frame_bytes": .int(256...(1 << 20)),
         "limits.websocket_max_message_bytes": .int(1024...(64 << 20)),
@@ -253,6 +254,7 @@ enum ConfigFile {
         }
         if let list = values["websocket.allowed_origins"] as? [String] { options.relay.allowedOrigins = list }
         if let value = values["websocket.compression"] as? Bool { options.relay.webSocketCompression = value }
+        if let list = values["monitor.redact_fields"] as? [String] { options.relay.monitorRedactedFields = list }
         if let value = int("websocket.compress_min_bytes") { options.relay.webSocketCompressMinBytes = value }
         if let value = int("limits.max_frame_bytes") { options.relay.maxFrameBytes = value }
         if let value = int("limits.websocket_max_message_bytes") { options.relay.webSocketHardCapBytes = value }

@@ -209,6 +209,37 @@ import Testing
         }
     }
 
+    @Test func monitorsGetConfiguredPayloadFieldsRedactedAndViewsDoNot() async throws {
+        try await withDaemon(
+            .custom({
+                $0.tokens = [TokenEntry(sha256: TokenEntry.digest("tap-secret"), role: .monitor)]
+                $0.relay.monitorRedactedFields = ["title"]
+            })
+        ) { daemon in
+            let (tap, _) = try await daemon.client()
+            try await tap.send(["op": "auth", "token": "tap-secret", "id": "a"])
+            _ = try await tap.json()
+            try await tap.send(["op": "subscribe", "types": ["*"], "id": "s"])
+            _ = try await tap.json()
+            let (view, _) = try await daemon.client()
+            let created = try await view.createTodo("a private title")
+            #expect((created["payload"] as? [String: Any])?["title"] as? String == "a private title")
+            // Every frame the tap got about it — the request copies, model events and the
+            // broadcast — has the title redacted, and only the title.
+            let (broadcast, earlier) = try await tap.json { $0["seq"] as? Int == created["seq"] as? Int }
+            #expect((broadcast["payload"] as? [String: Any])?["title"] as? String == "[redacted]")
+            #expect(todoID(broadcast) == todoID(created))
+            let titles = (earlier + [broadcast]).compactMap { frame -> String? in
+                let text = String(
+                    decoding: (try? JSONSerialization.data(withJSONObject: frame)) ?? Data(),
+                    as: UTF8.self
+                )
+                return text.contains("a private title") ? text : nil
+            }
+            #expect(titles.isEmpty, "unredacted: \(titles)")
+        }
+    }
+
     @Test func requiredAuthGatesEverythingButPingAndClosesAfterThreeBadTokens() async throws {
         try await withDaemon(
             .custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)] })
