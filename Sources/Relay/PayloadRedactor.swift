@@ -94,15 +94,8 @@ struct PayloadRedactor: Sendable {
         }
 
         private mutating func object(topLevel: Bool, active: Bool) -> Bool {
-            guard index < input.count, input[index] == UInt8(ascii: "{") else { return false }
-            output.append(input[index])
-            index += 1
-            whitespace()
-            if index < input.count, input[index] == UInt8(ascii: "}") {
-                output.append(input[index])
-                index += 1
-                return true
-            }
+            guard let empty = open(UInt8(ascii: "{"), UInt8(ascii: "}")) else { return false }
+            if empty { return true }
             while true {
                 whitespace()
                 guard let key = string() else { return false }
@@ -121,35 +114,42 @@ struct PayloadRedactor: Sendable {
                     let inPayload = topLevel ? Array(key) == Array("payload".utf8) : active
                     guard value(active: inPayload) else { return false }
                 }
-                whitespace()
-                guard index < input.count else { return false }
-                let separator = input[index]
-                output.append(separator)
-                index += 1
-                if separator == UInt8(ascii: "}") { return true }
-                guard separator == UInt8(ascii: ",") else { return false }
+                guard let closed = separator(UInt8(ascii: "}")) else { return false }
+                if closed { return true }
             }
         }
 
-        private mutating func array(active: Bool) -> Bool {
-            guard index < input.count, input[index] == UInt8(ascii: "[") else { return false }
-            output.append(input[index])
+        /// Copies an opening bracket: true when the container is empty (its closer copied
+        /// too), nil when the bracket is not there.
+        private mutating func open(_ opener: UInt8, _ closer: UInt8) -> Bool? {
+            guard index < input.count, input[index] == opener else { return nil }
+            output.append(opener)
             index += 1
             whitespace()
-            if index < input.count, input[index] == UInt8(ascii: "]") {
-                output.append(input[index])
-                index += 1
-                return true
-            }
+            guard index < input.count, input[index] == closer else { return false }
+            output.append(closer)
+            index += 1
+            return true
+        }
+
+        /// Copies what follows a member: true at the closer, false at a comma, nil otherwise.
+        private mutating func separator(_ closer: UInt8) -> Bool? {
+            whitespace()
+            guard index < input.count else { return nil }
+            let byte = input[index]
+            guard byte == closer || byte == UInt8(ascii: ",") else { return nil }
+            output.append(byte)
+            index += 1
+            return byte == closer
+        }
+
+        private mutating func array(active: Bool) -> Bool {
+            guard let empty = open(UInt8(ascii: "["), UInt8(ascii: "]")) else { return false }
+            if empty { return true }
             while true {
                 guard value(active: active) else { return false }
-                whitespace()
-                guard index < input.count else { return false }
-                let separator = input[index]
-                output.append(separator)
-                index += 1
-                if separator == UInt8(ascii: "]") { return true }
-                guard separator == UInt8(ascii: ",") else { return false }
+                guard let closed = separator(UInt8(ascii: "]")) else { return false }
+                if closed { return true }
             }
         }
     }
