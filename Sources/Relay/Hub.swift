@@ -10,6 +10,24 @@ struct BroadcastFrame: Sendable {
     let plain: ByteBuffer
     let origin: SessionID?
     let originCopy: ByteBuffer
+    /// When the broadcast reached the hub, for the fan-out latency histogram.
+    var receivedAt = NIODeadline.now()
+}
+
+/// What `/metrics` reads from the shards: counted on each loop without locks, summed here.
+public struct FanOutMetrics: Sendable {
+    /// Frames written to clients (broadcasts and replies), by event type.
+    public var framesOutByType: [String: Int] = [:]
+    /// From a broadcast reaching the hub to its bytes being handed to every subscriber's
+    /// connection on a loop (one observation per broadcast per loop).
+    public var fanOutLatency = LatencyHistogram()
+    /// Bytes written to connections and not yet taken by the kernel: the sum and the largest.
+    public var queuedBytes = 0
+    public var largestQueueBytes = 0
+    /// Broadcasts waiting for an earlier seq before they can go out.
+    public var heldBack = 0
+
+    public init() {}
 }
 
 /// Routes the bus's output to sessions: broadcasts in exact seq order to every subscriber,
@@ -154,7 +172,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
             if let entry = directory.withLockedValue({ $0[origin.session] }) {
                 let shard = self.shard(for: entry.loop)
-                entry.loop.execute { shard?.sessions[origin.session]?.deliverReply(frame) }
+                entry.loop.execute {
+                    guard let shard, let session = shard.sessions[origin.session] else { return }
+                    shard.framesOut[typeIndex] += 1
+                    session.deliverReply(frame)
+                }
             }
             copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
         case .internal:
@@ -199,6 +221,28 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         }
     }
 
+    /// The shards' counters, summed (each read on its own loop).
+    public func fanOutMetrics() async -> FanOutMetrics {
+        var total = FanOutMetrics()
+        total.heldBack = orderer.withLockedValue { $0.heldBack }
+        let names = codec.catalog.descriptors.map(\.name)
+        for shard in orderedShards {
+            guard
+                let part = try? await shard.loop.submit({
+                    () -> (framesOut: [Int], latency: LatencyHistogram, queued: [Int]) in
+                    (shard.framesOut, shard.fanOutLatency, shard.sessions.values.map(\.queuedBytes))
+                }).get()
+            else { continue }
+            for (index, count) in part.framesOut.enumerated() where count > 0 && index < names.count {
+                total.framesOutByType[names[index], default: 0] += count
+            }
+            total.fanOutLatency.merge(part.latency)
+            total.queuedBytes += part.queued.reduce(0, +)
+            total.largestQueueBytes = max(total.largestQueueBytes, part.queued.max() ?? 0)
+        }
+        return total
+    }
+
     /// Calls `body` on each loop with that loop's sessions and waits for all.
     func forEachSession(_ body: @escaping @Sendable (SessionHandler<Codec>) -> Void) async {
         await withTaskGroup(of: Void.self) { group in
@@ -220,11 +264,15 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
     /// The newest broadcast fanned out on this loop.
     private(set) var lastSeq: UInt64
+    /// Frames written on this loop, by type index.
+    var framesOut: [Int]
+    private(set) var fanOutLatency = LatencyHistogram()
 
     init(loop: any EventLoop, typeCount: Int, head: UInt64) {
         self.loop = loop
         self.byType = Array(repeating: [:], count: typeCount)
         self.monitorsByType = Array(repeating: [:], count: typeCount)
+        self.framesOut = Array(repeating: 0, count: typeCount)
         self.lastSeq = head
     }
 
@@ -259,18 +307,28 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         var touched: [SessionHandler<Codec>] = []
         for frame in frames {
             lastSeq = frame.seq
-            for (id, session) in byType[frame.typeIndex] where id != frame.origin {
+            let subscribers = byType[frame.typeIndex]
+            for (id, session) in subscribers where id != frame.origin {
                 if session.enqueueBroadcast(frame.plain, seq: frame.seq) { touched.append(session) }
             }
+            var written = subscribers.count
             if let origin = frame.origin, let session = sessions[origin] {
+                if subscribers[origin] != nil { written -= 1 }
                 if session.enqueueBroadcast(frame.originCopy, seq: frame.seq) { touched.append(session) }
+                written += 1
             }
+            framesOut[frame.typeIndex] += written
         }
         for session in touched { session.flushBroadcasts() }
+        let now = NIODeadline.now()
+        for frame in frames {
+            fanOutLatency.record(nanoseconds: UInt64(max(0, (now - frame.receivedAt).nanoseconds)))
+        }
     }
 
     func copyToMonitors(_ frame: ByteBuffer, typeIndex: Int, except origin: SessionID) {
         for (id, session) in monitorsByType[typeIndex] where id != origin {
+            framesOut[typeIndex] += 1
             session.deliverControl(frame)
         }
     }

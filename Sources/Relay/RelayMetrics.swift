@@ -44,42 +44,73 @@ public final class RelayMetrics: Sendable {
     }
 
     /// The Prometheus text exposition, with `extra` lines appended.
-    public func render(seq: UInt64, extra: [String] = []) -> String {
+    public func render(seq: UInt64, fanOut: FanOutMetrics = FanOutMetrics(), extra: [String] = []) -> String {
         let c = counters.withLockedValue { $0 }
         var lines: [String] = []
-        func family(_ name: String, _ type: String, _ help: String) {
-            lines.append("# HELP \(name) \(help)")
-            lines.append("# TYPE \(name) \(type)")
+        /// One family with a single unlabelled sample.
+        func single(_ name: String, _ type: String, _ help: String, _ value: some CustomStringConvertible) {
+            lines += ["# HELP \(name) \(help)", "# TYPE \(name) \(type)", "\(name) \(value)"]
         }
-        family("todostream_connections", "gauge", "Open client connections by transport.")
-        for transport in ["tcp", "tls", "ws", "wss"] {
-            lines.append(
-                "todostream_connections{transport=\"\(transport)\"} \(c.connectionsByTransport[transport] ?? 0)"
-            )
+        /// One family with a sample per label value.
+        func labelled(_ name: String, _ type: String, _ help: String, _ label: String, _ samples: [String: Int]) {
+            lines += ["# HELP \(name) \(help)", "# TYPE \(name) \(type)"]
+            for (value, count) in samples.sorted(by: { $0.key < $1.key }) {
+                lines.append("\(name){\(label)=\"\(value)\"} \(count)")
+            }
         }
-        family("todostream_connections_accepted_total", "counter", "Client connections accepted by transport.")
-        for (transport, count) in c.acceptedByTransport.sorted(by: { $0.key < $1.key }) {
-            lines.append("todostream_connections_accepted_total{transport=\"\(transport)\"} \(count)")
-        }
-        family("todostream_frames_in_total", "counter", "Frames received from clients.")
-        lines.append("todostream_frames_in_total \(c.framesIn)")
-        family("todostream_requests_total", "counter", "Events published by clients, by type.")
-        for (type, count) in c.framesInByType.sorted(by: { $0.key < $1.key }) {
-            lines.append("todostream_requests_total{type=\"\(type)\"} \(count)")
-        }
-        family("todostream_errors_total", "counter", "Error frames sent, by code.")
-        for (code, count) in c.errorsByCode.sorted(by: { $0.key < $1.key }) {
-            lines.append("todostream_errors_total{code=\"\(code)\"} \(count)")
-        }
-        family("todostream_broadcasts_total", "counter", "Broadcasts fanned out.")
-        lines.append("todostream_broadcasts_total \(c.broadcasts)")
-        family("todostream_seq", "gauge", "The newest broadcast seq.")
-        lines.append("todostream_seq \(seq)")
-        family("todostream_slow_consumer_disconnects_total", "counter", "Connections closed for not reading.")
-        lines.append("todostream_slow_consumer_disconnects_total \(c.slowConsumers)")
-        family("todostream_resumes_total", "counter", "Resume requests, and those answered with gap.")
-        lines.append("todostream_resumes_total \(c.resumes)")
-        lines.append("todostream_resume_gaps_total \(c.gaps)")
+        var open = c.connectionsByTransport.filter { $0.value > 0 }
+        for transport in ["tcp", "tls", "ws", "wss"] { open[transport, default: 0] += 0 }
+        labelled("todostream_connections", "gauge", "Open client connections by transport.", "transport", open)
+        labelled(
+            "todostream_connections_accepted_total",
+            "counter",
+            "Client connections accepted by transport.",
+            "transport",
+            c.acceptedByTransport
+        )
+        single("todostream_frames_in_total", "counter", "Frames received from clients.", c.framesIn)
+        labelled(
+            "todostream_requests_total",
+            "counter",
+            "Events published by clients, by type.",
+            "type",
+            c.framesInByType
+        )
+        labelled("todostream_errors_total", "counter", "Error frames sent, by code.", "code", c.errorsByCode)
+        labelled(
+            "todostream_frames_out_total",
+            "counter",
+            "Event frames written to clients, by type.",
+            "type",
+            fanOut.framesOutByType
+        )
+        lines += fanOut.fanOutLatency.prometheus(
+            name: "todostream_fanout_seconds",
+            help: "From a broadcast reaching the hub to its bytes being written to every subscriber of a loop."
+        )
+        single(
+            "todostream_queued_bytes",
+            "gauge",
+            "Bytes written to clients and not yet taken by the kernel.",
+            fanOut.queuedBytes
+        )
+        single(
+            "todostream_queued_bytes_max",
+            "gauge",
+            "The largest outbound queue of one connection, in bytes.",
+            fanOut.largestQueueBytes
+        )
+        single("todostream_broadcasts_held_back", "gauge", "Broadcasts waiting for an earlier seq.", fanOut.heldBack)
+        single("todostream_broadcasts_total", "counter", "Broadcasts fanned out.", c.broadcasts)
+        single("todostream_seq", "gauge", "The newest broadcast seq.", seq)
+        single(
+            "todostream_slow_consumer_disconnects_total",
+            "counter",
+            "Connections closed for not reading.",
+            c.slowConsumers
+        )
+        single("todostream_resumes_total", "counter", "Resume requests.", c.resumes)
+        single("todostream_resume_gaps_total", "counter", "Resume requests answered with gap.", c.gaps)
         return (lines + extra).joined(separator: "\n") + "\n"
     }
 }

@@ -617,6 +617,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         checkQueue(context)
     }
 
+    /// Bytes written to this connection and not yet taken by the kernel.
+    var queuedBytes: Int {
+        guard let context else { return 0 }
+        return (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+    }
+
     private func checkQueue(_ context: ChannelHandlerContext) {
         let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
         if buffered == 0 {

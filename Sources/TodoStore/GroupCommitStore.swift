@@ -24,6 +24,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var committing = false
     private var healthy = true
     private var commitsSincePrune = 0
+    private var commitLatency = LatencyHistogram()
 
     init(backend: any StorageBackend, state: LoadedState, maxBatch: Int, now: @escaping @Sendable () -> Timestamp) {
         self.backend = backend
@@ -41,6 +42,10 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     public var isHealthy: Bool { healthy }
 
     public var count: Int { todos.count }
+
+    /// Commit latency (one observation per group commit), and the writes waiting for the
+    /// next commit.
+    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, pending.count) }
 
     public func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
         if let id { return todos[id].map { [$0.todo] } ?? [] }
@@ -111,6 +116,13 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             commitsSincePrune += 1
             let prune = commitsSincePrune >= 64
             if prune { commitsSincePrune = 0 }
+            let started = ContinuousClock.now
+            defer {
+                let elapsed = ContinuousClock.now - started
+                let nanoseconds =
+                    elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+                commitLatency.record(nanoseconds: UInt64(max(0, nanoseconds)))
+            }
             do {
                 try await backend.commit(records, prune: prune)
                 healthy = true

@@ -176,13 +176,23 @@ final class Daemon: Sendable {
             },
             metrics: {
                 let storeHealthy = await store.isHealthy
+                let storeMetrics = await store.metrics
+                let fanOut = await hub.fanOutMetrics()
                 return hub.metrics.render(
                     seq: hub.seq,
+                    fanOut: fanOut,
                     extra: [
                         "# HELP todostream_storage_up Whether the last storage commit succeeded.",
                         "# TYPE todostream_storage_up gauge",
                         "todostream_storage_up \(storeHealthy ? 1 : 0)",
+                        "# HELP todostream_store_pending_writes Writes waiting for the next group commit.",
+                        "# TYPE todostream_store_pending_writes gauge",
+                        "todostream_store_pending_writes \(storeMetrics.pendingWrites)",
                     ]
+                        + storeMetrics.commitLatency.prometheus(
+                            name: "todostream_store_commit_seconds",
+                            help: "Time to commit one group of writes (todos and journal, one transaction)."
+                        )
                 )
             },
             logger: logger

@@ -203,6 +203,30 @@ struct RawWebSocket {
             #expect(metrics.body.contains("todostream_connections"))
         }
     }
+
+    @Test func metricsCountFramesOutFanOutLatencyCommitsAndQueues() async throws {
+        try await withDaemon { daemon in
+            let (a, _) = try await daemon.client()
+            let (b, _) = try await daemon.client()
+            let created = try await a.createTodo("counted")
+            _ = try await b.json { $0["seq"] as? Int == created["seq"] as? Int }
+            let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            func value(_ series: String) -> Double? {
+                body.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap {
+                    Double($0.dropFirst(series.count + 1))
+                }
+            }
+            // One broadcast to two clients; the detail replies went to the requester only.
+            #expect(value(#"todostream_frames_out_total{type="ResponseTodoViewModel"}"#) == 2)
+            #expect(value(#"todostream_frames_out_total{type="ResponseTodoDetailViewModel"}"#) == 1)
+            #expect((value("todostream_fanout_seconds_count") ?? 0) >= 1)
+            #expect(value(#"todostream_fanout_seconds_bucket{le="+Inf"}"#) == value("todostream_fanout_seconds_count"))
+            #expect(value("todostream_store_commit_seconds_count") == 1)
+            #expect(value("todostream_store_pending_writes") == 0)
+            #expect(value("todostream_queued_bytes") != nil)
+            #expect(value("todostream_broadcasts_held_back") == 0)
+        }
+    }
 }
 
 @Suite(.timeLimit(.minutes(2))) struct TLSTests {
