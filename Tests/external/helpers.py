@@ -334,13 +334,14 @@ class ProcessClient(FrameSource):
 class WSClient(FrameSource):
     """The Python `websockets` library (sync client) on ws://127.0.0.1:PORT/events."""
 
-    def __init__(self, port: int, path: str = "/events", hello: bool = True, name: str = "ws", **kw):
+    def __init__(self, port: int, path: str = "/events", hello: bool = True, name: str = "ws", scheme: str = "ws",
+                 **kw):
         super().__init__()
         require_websockets()
         from websockets.sync.client import connect
 
         self.name = name
-        self._connect = connect(f"ws://127.0.0.1:{port}{path}", open_timeout=DEFAULT_TIMEOUT, **kw)
+        self._connect = connect(f"{scheme}://127.0.0.1:{port}{path}", open_timeout=DEFAULT_TIMEOUT, **kw)
         self.ws = self._connect.__enter__()
         self.hello = None
         if hello:

@@ -19,6 +19,8 @@ import pytest
 from helpers import (
     LineClient,
     ProcessClient,
+    WSClient,
+    create_todo,
     make_ca,
     make_server_cert,
     require_tool,
@@ -175,3 +177,25 @@ def test_sighup_rotates_the_certificate_without_dropping_clients(tls_daemon, pki
         keep.ping()
         with s_client(d.tls_port, pki["ca_cert"], name="after-bad-reload") as fresh:
             fresh.ping()
+
+
+def test_wss_on_the_http_listener_with_http_tls(daemon_factory, pki):
+    """--http-tls: the page and /events are served over TLS with the same certificate (wss://)."""
+    d = daemon_factory("--tls-listen", "127.0.0.1:0", "--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
+                       "--http-tls")
+    context = ssl.create_default_context(cafile=str(pki["ca_cert"]))
+    with WSClient(d.http_port, scheme="wss", ssl=context, name="wss") as w, LineClient(d.tcp_port, name="tcp") as tcp:
+        assert w.hello["epoch"] == tcp.hello["epoch"]
+        _, broadcast = create_todo(tcp, "seen over wss")
+        assert w.expect_seq(broadcast["seq"])["payload"] == broadcast["payload"]
+    # The same port does not speak plain WebSocket.
+    with pytest.raises(Exception):
+        WSClient(d.http_port, name="plain-ws-on-a-tls-port")
+    # And /healthz answers over HTTPS.
+    with socket.create_connection(("127.0.0.1", d.http_port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := tls.recv(4096):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
