@@ -20,8 +20,6 @@ final class LocalClaims: Sendable {
 
     private let claims = NIOLockedValueBox<[UInt64: Claim]>([:])
 
-    var count: Int { claims.withLockedValue { $0.count } }
-
     func claim(_ entries: [JournalEntry]) {
         claims.withLockedValue { claims in
             for entry in entries { claims[entry.seq] = Claim(payload: entry.payload, type: entry.type) }

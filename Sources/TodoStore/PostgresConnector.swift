@@ -41,6 +41,16 @@ struct PostgresConnector: Sendable {
         }
     }
 
+    /// Session settings sent at connect: a daemon that vanishes mid-transaction (its machine
+    /// lost, the network cut) must not hold the `stream_state` lock, and so every other
+    /// daemon's writes, for longer than a few timeouts.
+    private var startupParameters: [(String, String)] {
+        [
+            ("application_name", "todostreamd"),
+            ("idle_in_transaction_session_timeout", String(max(1000, settings.acquireTimeout.milliseconds * 3))),
+        ]
+    }
+
     var clientConfiguration: PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         if let socketPath = settings.socketPath {
@@ -69,6 +79,7 @@ struct PostgresConnector: Sendable {
         configuration.options.maximumConnections = settings.poolSize
         configuration.options.minimumConnections = 0
         configuration.options.connectTimeout = settings.acquireTimeout
+        configuration.options.additionalStartupParameters = startupParameters
         return configuration
     }
 
@@ -98,6 +109,7 @@ struct PostgresConnector: Sendable {
             )
         }
         configuration.options.connectTimeout = .milliseconds(settings.acquireTimeout.milliseconds)
+        configuration.options.additionalStartupParameters = startupParameters
         return configuration
     }
 }

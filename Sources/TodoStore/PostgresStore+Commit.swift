@@ -125,32 +125,12 @@ extension PostgresStore {
         var results: [Result<SavedTodo, AppError>] = []
         do {
             try await connection.query("BEGIN", logger: logger)
-            // The one row every committer locks first: commits are serialised across daemons,
-            // and seqs are taken in commit order.
-            var head: Int64 = -1
-            for try await value in try await connection.query(
-                "SELECT head FROM stream_state WHERE id = 1 FOR UPDATE",
-                logger: logger
-            ).decode(Int64.self) {
-                head = value
-            }
-            guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
-
             var ids: [String] = []
             var seen = Set<UUID>()
             for write in writes where seen.insert(write.id).inserted { ids.append(write.id.uuidString.lowercased()) }
-            var stored: [UUID: (rowID: Int64, todo: Todo)] = [:]
-            for entry in try await todos(
-                connection.query(
-                    """
-                    SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version
-                    FROM todos WHERE id = ANY(\(ids))
-                    """,
-                    logger: logger
-                )
-            ) {
-                stored[entry.todo.id] = entry
-            }
+            // The one row every committer locks first (serialising commits across daemons, so
+            // seqs are taken in commit order), and the touched todos, in one round trip.
+            let (head, stored) = try await lockAndRead(ids, on: connection, logger: logger)
 
             var seq = UInt64(head)
             var entries: [JournalEntry] = []
@@ -176,65 +156,11 @@ extension PostgresStore {
                 return .done(results)
             }
 
-            // Each todo once, as it is after the whole batch (an upsert may not touch a row
-            // twice in one statement).
-            var todoBinds = PostgresBindings(capacity: order.count * 9)
-            var todoValues: [String] = []
-            for id in order {
-                guard let row = finalRows[id] else { continue }
-                let todo = row.todo
-                let base = todoBinds.count
-                todoValues.append("(" + (1...9).map { "$\(base + $0)" }.joined(separator: ",") + ")")
-                todoBinds.append(todo.id.uuidString.lowercased())
-                todoBinds.append(row.rowID)
-                todoBinds.append(todo.createdAt.millisecondsSince1970)
-                todoBinds.append(todo.title)
-                todoBinds.append(todo.subtitle)
-                todoBinds.append(todo.priority.rawValue)
-                todoBinds.append(todo.completedAt?.millisecondsSince1970)
-                todoBinds.append(todo.deleted)
-                todoBinds.append(Int64(todo.version))
-            }
-            try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
-                        VALUES \(todoValues.joined(separator: ","))
-                        ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
-                          subtitle = excluded.subtitle, priority = excluded.priority,
-                          completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version
-                        """,
-                    binds: todoBinds
-                ),
-                logger: logger
-            )
-
-            let recordedAt = Timestamp.now().millisecondsSince1970
-            var journalBinds = PostgresBindings(capacity: entries.count * 4)
-            var journalValues: [String] = []
-            for entry in entries {
-                let base = journalBinds.count
-                journalValues.append("($\(base + 1),$\(base + 2),$\(base + 3),$\(base + 4))")
-                journalBinds.append(Int64(entry.seq))
-                journalBinds.append(entry.type)
-                journalBinds.append(ByteBuffer(bytes: entry.payload))
-                journalBinds.append(recordedAt)
-            }
-            try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: "INSERT INTO journal (seq, type, payload, recorded_at) VALUES "
-                        + journalValues.joined(separator: ","),
-                    binds: journalBinds
-                ),
-                logger: logger
-            )
-            try await connection.query(
-                "UPDATE stream_state SET head = \(Int64(newHead)) WHERE id = 1",
-                logger: logger
-            )
-            // Delivered only if the transaction commits, and in commit order.
-            try await connection.query(
-                "SELECT pg_notify(\(journalChannel), \(String(newHead)))",
+            try await writeBatch(
+                rows: order.compactMap { finalRows[$0] },
+                entries: entries,
+                head: newHead,
+                on: connection,
                 logger: logger
             )
             if prune {
@@ -271,5 +197,110 @@ extension PostgresStore {
             }
             return .inDoubt(results: results, entries: claimed, error: error)
         }
+    }
+
+    /// Locks `stream_state` and reads its head and the todos with `ids`.
+    static func lockAndRead(
+        _ ids: [String],
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)]) {
+        var head: Int64 = -1
+        var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        let rows = try await connection.query(
+            """
+            SELECT s.head, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority, t.completed_at,
+              t.deleted, t.version
+            FROM stream_state s LEFT JOIN todos t ON t.id = ANY(\(ids))
+            WHERE s.id = 1 FOR UPDATE OF s
+            """,
+            logger: logger
+        )
+        for try await (value, id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version)
+            in rows.decode(
+                (Int64, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
+            )
+        {
+            head = value
+            guard let id, let seqNo, let createdAt, let title, let subtitle, let priority, let deleted, let version
+            else { continue }
+            guard let uuid = UUID(uuidString: id) else { throw StoreError(message: "A stored todo row is damaged.") }
+            todos[uuid] = (
+                seqNo,
+                Todo(
+                    id: uuid,
+                    createdAt: Timestamp(millisecondsSince1970: createdAt),
+                    title: title,
+                    subtitle: subtitle,
+                    priority: TodoPriority(rawValue: priority) ?? .normal,
+                    completedAt: completedAt.map { Timestamp(millisecondsSince1970: $0) },
+                    deleted: deleted,
+                    version: Int(version)
+                )
+            )
+        }
+        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
+        return (head, todos)
+    }
+
+    /// Upserts the todos (each once, as it is after the whole batch: an upsert may not touch a
+    /// row twice in one statement), appends the journal entries, moves the head and notifies,
+    /// in one statement (one round trip while `stream_state` is locked). The notification is
+    /// delivered only if the transaction commits, and in commit order.
+    static func writeBatch(
+        rows: [(rowID: Int64, todo: Todo)],
+        entries: [JournalEntry],
+        head: UInt64,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        var binds = PostgresBindings(capacity: rows.count * 9 + entries.count * 4 + 2)
+        func placeholders(_ count: Int) -> String {
+            let base = binds.count
+            return "(" + (1...count).map { "$\(base + $0)" }.joined(separator: ",") + ")"
+        }
+        var todoValues: [String] = []
+        for row in rows {
+            let todo = row.todo
+            todoValues.append(placeholders(9))
+            binds.append(todo.id.uuidString.lowercased())
+            binds.append(row.rowID)
+            binds.append(todo.createdAt.millisecondsSince1970)
+            binds.append(todo.title)
+            binds.append(todo.subtitle)
+            binds.append(todo.priority.rawValue)
+            binds.append(todo.completedAt?.millisecondsSince1970)
+            binds.append(todo.deleted)
+            binds.append(Int64(todo.version))
+        }
+        let recordedAt = Timestamp.now().millisecondsSince1970
+        var journalValues: [String] = []
+        for entry in entries {
+            journalValues.append(placeholders(4))
+            binds.append(Int64(entry.seq))
+            binds.append(entry.type)
+            binds.append(ByteBuffer(bytes: entry.payload))
+            binds.append(recordedAt)
+        }
+        let headBind = binds.count + 1
+        binds.append(Int64(head))
+        binds.append(journalChannel)
+        let sql = """
+            WITH saved AS (
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+              VALUES \(todoValues.joined(separator: ","))
+              ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority,
+                completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version
+              RETURNING 1
+            ), journaled AS (
+              INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues.joined(separator: ","))
+              RETURNING 1
+            ), moved AS (
+              UPDATE stream_state SET head = $\(headBind) WHERE id = 1 RETURNING head
+            )
+            SELECT pg_notify($\(headBind + 1), head::text) FROM moved
+            """
+        try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
     }
 }

@@ -36,6 +36,8 @@ public actor PostgresStore: ServedStore {
     private var follower: JournalFollower?
     private var pending: [Pending] = []
     private var committing = false
+    /// `close` waiting for the commit loop to finish.
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var commitsSincePrune = 0
     private var closed = false
 
@@ -242,6 +244,8 @@ public actor PostgresStore: ServedStore {
             for (item, result) in zip(batch, results) { item.continuation.resume(returning: result) }
         }
         committing = false
+        for waiter in idleWaiters { waiter.resume() }
+        idleWaiters.removeAll()
     }
 
     // MARK: JournalReader
@@ -314,7 +318,9 @@ public actor PostgresStore: ServedStore {
         closed = true
         follower?.stop()
         // Writes already queued are answered before the pool goes away.
-        while committing { try? await Task.sleep(for: .milliseconds(10)) }
+        if committing {
+            await withCheckedContinuation { idleWaiters.append($0) }
+        }
         clientTask?.cancel()
         clientTask = nil
     }
