@@ -549,3 +549,28 @@ def test_postgres_config_errors_name_the_key(tmp_path):
     config.write_text("storage: postgres\npostgres_url: postgres://a@b/c\npostgres:\n  pool_size: 0\n")
     err = check("--config", str(config))
     assert "postgres.pool_size" in err, err
+
+
+def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daemon_factory, database, postgres):
+    """Another writer commits to the journal and moves the head without NOTIFY (a notification
+    lost): the periodic catch-up still delivers it, in order, to clients on both daemons."""
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="c@B") as cb:
+        cb.ping()
+        _, made = create_todo(ca, "seen by all")
+        cb.expect_seq(made["seq"])
+        silent = dict(made["payload"], title="written without a notification")
+        body = json.dumps(silent, separators=(",", ":")).replace("'", "''")
+        postgres.psql(
+            "BEGIN; UPDATE stream_state SET head = head + 1; "
+            "INSERT INTO journal (seq, type, payload, recorded_at) SELECT head, 'ResponseTodoViewModel', "
+            f"convert_to('{body}', 'UTF8'), 0 FROM stream_state; COMMIT;",
+            database[0],
+        )
+        for c in (ca, cb):
+            got = c.expect_seq(made["seq"] + 1, timeout=15)
+            assert got["payload"] == silent, got
+        # And the next ordinary write follows it, with nothing skipped.
+        answer = toggle(cb, made["payload"]["todo"])
+        assert answer["seq"] == made["seq"] + 2
+        assert ca.expect_seq(answer["seq"]) == strip_re(answer)
