@@ -1,18 +1,40 @@
 import NIOConcurrencyHelpers
 
-/// Whether the database answered the last time anyone asked: a commit, a read, or the journal
-/// follower. Shared by the store and its follower; read by `/healthz`.
+/// Whether the database answers, as `/healthz` reports it: the pooled connections (commits and
+/// reads) and the journal feed (the follower's LISTEN connection) must both be up.
+///
+/// The follower's successful reads count for the pool too, so a daemon that gets no requests
+/// still reports healthy again once the database is back (a load balancer that took it out of
+/// rotation must be able to put it back).
 final class DatabaseHealth: Sendable {
-    private let state = NIOLockedValueBox(true)
+    private struct State {
+        var pool = true
+        var feed = true
+        var isUp: Bool { pool && feed }
+    }
 
-    var isUp: Bool { state.withLockedValue { $0 } }
+    private let state = NIOLockedValueBox(State())
 
-    /// Records an answer; returns whether that changed the state.
+    var isUp: Bool { state.withLockedValue { $0.isUp } }
+
+    /// Records how a pooled operation went; returns whether the overall state changed.
     @discardableResult
-    func record(up: Bool) -> Bool {
-        state.withLockedValue { current in
-            defer { current = up }
-            return current != up
+    func recordPool(up: Bool) -> Bool {
+        state.withLockedValue { state in
+            let before = state.isUp
+            state.pool = up
+            return before != state.isUp
+        }
+    }
+
+    /// Records how the journal feed is doing; returns whether the overall state changed.
+    @discardableResult
+    func recordFeed(up: Bool) -> Bool {
+        state.withLockedValue { state in
+            let before = state.isUp
+            state.feed = up
+            if up { state.pool = true }
+            return before != state.isUp
         }
     }
 }

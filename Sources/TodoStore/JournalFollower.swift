@@ -87,7 +87,7 @@ final class JournalFollower: Sendable {
                 try? await connection.close()
             } catch {
                 guard !Task.isCancelled else { return }
-                if health.record(up: false) {
+                if health.recordFeed(up: false) {
                     logger.error(
                         "lost the journal feed from PostgreSQL; reconnecting",
                         metadata: ["database": "\(connector.settings)", "reason": "\(PostgresStore.describe(error))"]
@@ -119,7 +119,7 @@ final class JournalFollower: Sendable {
                 }
                 group.addTask {
                     try await self.catchUpWithin(on: connection, generation: generation)
-                    if self.health.record(up: true) {
+                    if self.health.recordFeed(up: true) {
                         self.logger.notice(
                             "following the journal in PostgreSQL",
                             metadata: ["seq": "\(self.handled)"]
@@ -127,7 +127,7 @@ final class JournalFollower: Sendable {
                     }
                     for await _ in wakeups {
                         try await self.catchUpWithin(on: connection, generation: generation)
-                        self.health.record(up: true)
+                        self.health.recordFeed(up: true)
                     }
                 }
                 defer { wake.finish() }

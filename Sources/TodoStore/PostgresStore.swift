@@ -207,7 +207,7 @@ public actor PostgresStore: ServedStore {
     }
 
     func recordHealth(up: Bool, _ error: (any Error)? = nil) {
-        guard health.record(up: up) else { return }
+        guard health.recordPool(up: up) else { return }
         if up {
             logger.notice("PostgreSQL answers again", metadata: ["database": "\(connector.settings)"])
         } else {
