@@ -33,6 +33,7 @@ enum ConfigFile {
         "postgres.timeout_ms": .int(100...600_000),
         "postgres.catch_up_interval_ms": .int(50...600_000),
         "postgres.startup_timeout_ms": .int(0...3_600_000),
+        "postgres.max_pending_writes": .int(1...1_000_000),
         "log_level": .choice(["trace", "debug", "info", "notice", "warning", "error", "critical"]),
         "allow_insecure": .bool,
         "listen.tcp": .address,
@@ -236,6 +237,7 @@ enum ConfigFile {
         if let value = int("postgres.timeout_ms") { options.postgres.timeout = .milliseconds(value) }
         if let value = int("postgres.catch_up_interval_ms") { options.postgres.catchUpInterval = .milliseconds(value) }
         if let value = int("postgres.startup_timeout_ms") { options.postgres.startupTimeout = .milliseconds(value) }
+        if let value = int("postgres.max_pending_writes") { options.postgres.maxPendingWrites = value }
         if let value = values["log_level"] as? String { options.logLevel = value }
         if let value = values["allow_insecure"] as? Bool { options.allowInsecure = value }
         if let value = address("listen.tcp") { options.listeners.tcp = value }

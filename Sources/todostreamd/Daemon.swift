@@ -25,6 +25,7 @@ struct DaemonOptions: Sendable {
         var timeout: Duration = .seconds(5)
         var catchUpInterval: Duration = .seconds(1)
         var startupTimeout: Duration = .seconds(30)
+        var maxPendingWrites = 16_384
     }
 
     var dataDirectory: String = DaemonOptions.defaultDataDirectory
@@ -256,6 +257,7 @@ final class Daemon: Sendable {
                 return try await PostgresStore.open(
                     settings: settings,
                     maxBatch: options.maxBatch,
+                    maxPending: options.postgres.maxPendingWrites,
                     retention: options.retention,
                     startupTimeout: options.postgres.startupTimeout,
                     eventLoopGroup: group,
