@@ -90,7 +90,26 @@ extension PostgresStore {
         while ContinuousClock.now < deadline {
             do {
                 let stored = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
-                    try await Self.entries(on: connection, after: first - 1, through: last, logger: logger)
+                    // A COMMIT still running on the server (its socket closed by us after a
+                    // timeout) holds the stream_state row: wait for it to end, then look.
+                    try await connection.query("BEGIN", logger: logger)
+                    do {
+                        try await connection.query(
+                            "SELECT head FROM stream_state WHERE id = 1 FOR SHARE",
+                            logger: logger
+                        )
+                        let stored = try await Self.entries(
+                            on: connection,
+                            after: first - 1,
+                            through: last,
+                            logger: logger
+                        )
+                        try await connection.query("COMMIT", logger: logger)
+                        return stored
+                    } catch {
+                        _ = try? await connection.query("ROLLBACK", logger: logger)
+                        throw error
+                    }
                 }
                 if stored == entries {
                     logger.notice("the unanswered COMMIT had happened", metadata: ["seq.first": "\(first)"])

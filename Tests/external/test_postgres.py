@@ -15,7 +15,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _die_with_parent
+from conftest import _die_with_parent, daemon_binary
 from helpers import LineClient, WSClient, create_todo, list_todos, make_ca, make_server_cert, next_id
 
 # --------------------------------------------------------------------------------------------
@@ -532,7 +531,7 @@ def test_tls_to_the_database_and_no_password_in_logs(daemon_factory, postgres):
 
 
 def test_postgres_config_errors_name_the_key(tmp_path):
-    binary = os.environ.get("TODOSTREAMD") or str(Path(__file__).resolve().parents[2] / ".build" / "debug" / "todostreamd")
+    binary = daemon_binary()
     def check(*args, env=None):
         r = subprocess.run([binary, "serve", "--data-dir", str(tmp_path), *args], capture_output=True, text=True,
                            timeout=30, env={**os.environ, **(env or {})})
