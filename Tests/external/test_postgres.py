@@ -573,3 +573,48 @@ def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daem
         answer = toggle(cb, made["payload"]["todo"])
         assert answer["seq"] == made["seq"] + 2
         assert ca.expect_seq(answer["seq"]) == strip_re(answer)
+
+
+def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daemon_factory, database, postgres):
+    """A COMMIT that outlasts the daemon's timeout (a deferred trigger sleeps in it) is
+    abandoned, and then found committed: the write is answered as saved. A COMMIT the server
+    refuses (a deferred trigger raises) is answered `unavailable` and uses no seq."""
+    os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"] = "1000"
+    try:
+        a = daemon_factory(*database[1])
+    finally:
+        del os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"]
+    b = daemon_factory(*database[1])
+    postgres.psql(
+        """
+        CREATE FUNCTION test_commit_hook() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF convert_from(NEW.payload, 'UTF8') LIKE '%slow-commit%' THEN PERFORM pg_sleep(2.5); END IF;
+          IF convert_from(NEW.payload, 'UTF8') LIKE '%refused-commit%' THEN
+            RAISE EXCEPTION 'refused at commit' USING ERRCODE = '23514';
+          END IF;
+          RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER test_commit_hook AFTER INSERT ON journal
+          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_commit_hook();
+        """,
+        database[0],
+    )
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="obs@B") as ob:
+        ob.ping()
+        detail = ca.request({"type": "RequestNewTodoDetailViewModel"})["payload"]
+        rid = next_id("slow")
+        ca.send({"type": "RequestUpdateDetailViewModel", "id": rid, "payload": {**detail, "title": "slow-commit"}})
+        reply = ca.expect(lambda f: f.get("re") == rid and f.get("type") == "ResponseUpdateDetailViewModel", timeout=30)
+        assert "error" not in reply, reply
+        slow = ca.expect(lambda f: f.get("re") == rid and "seq" in f, timeout=30)
+        assert ob.expect_seq(slow["seq"]) == strip_re(slow)
+        assert "COMMIT got no answer" in a.log_text() and "the unanswered COMMIT had happened" in a.log_text()
+
+        reply, bcast = create_todo_tolerant(ca, "refused-commit")
+        assert bcast is None and reply["error"]["code"] == "unavailable", reply
+        _, after = create_todo(ca, "after the refusal")
+        assert after["seq"] == slow["seq"] + 1, "the refused commit used no seq"
+        assert ob.expect_seq(after["seq"]) == strip_re(after)
+        titles = [t["title"] for t in list_todos(ob)]
+        assert "refused-commit" not in titles and "slow-commit" in titles, titles
