@@ -2,7 +2,8 @@ import Foundation
 
 /// Where and how to reach PostgreSQL, parsed from a libpq-style URL:
 /// `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=MODE&sslrootcert=FILE`, or a Unix
-/// socket directory as `?host=/run/postgresql`.
+/// socket directory as `?host=/run/postgresql` (with `&port=N` when not 5432: the port names
+/// the socket file).
 ///
 /// `description` never shows the password.
 public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
@@ -62,8 +63,7 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
         }
         var host = components.host ?? ""
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        let port = components.port ?? 5432
-        guard (1...65_535).contains(port) else { throw ParseError(message: "has a port out of range") }
+        var port = components.port ?? 5432
         var user = components.user?.removingPercentEncoding ?? components.user ?? ""
         let password = components.password.map { $0.removingPercentEncoding ?? $0 }
         var path = components.path
@@ -92,10 +92,14 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
                 socketDirectory = value
             case "user":
                 if user.isEmpty { user = value }
+            case "port":
+                guard let number = Int(value) else { throw ParseError(message: "has port=\(value), not a number") }
+                port = number
             default:
                 throw ParseError(message: "has the unknown parameter \(item.name)")
             }
         }
+        guard (1...65_535).contains(port) else { throw ParseError(message: "has a port out of range") }
         guard !host.isEmpty || socketDirectory != nil else {
             throw ParseError(message: "names no host (give HOST or ?host=/socket/directory)")
         }

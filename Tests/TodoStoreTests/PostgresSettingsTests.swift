@@ -29,6 +29,8 @@ import Testing
         let settings = try PostgresSettings(url: "postgres://todo@/todos?host=/run/postgresql")
         #expect(settings.socketPath == "/run/postgresql/.s.PGSQL.5432")
         #expect(settings.tlsMode == .disable)
+        let other = try PostgresSettings(url: "postgres://todo@/todos?host=/tmp/pg&port=5433")
+        #expect(other.socketPath == "/tmp/pg/.s.PGSQL.5433")
     }
 
     @Test func theDescriptionNeverShowsThePassword() throws {

@@ -618,3 +618,13 @@ def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daem
         assert ob.expect_seq(after["seq"]) == strip_re(after)
         titles = [t["title"] for t in list_todos(ob)]
         assert "refused-commit" not in titles and "slow-commit" in titles, titles
+
+
+def test_a_daemon_on_the_unix_socket_and_one_on_tcp_share_the_stream(daemon_factory, postgres):
+    name = postgres.create_database()
+    a = daemon_factory("--storage", "postgres", "--postgres-url", f"postgres://postgres@/{name}?host={postgres.root}&port={postgres.port}")
+    b = daemon_factory("--storage", "postgres", "--postgres-url", postgres.url(name, sslmode="prefer"))
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="c@B") as cb:
+        cb.ping()
+        _, made = create_todo(ca, "over the unix socket")
+        assert cb.expect_seq(made["seq"]) == strip_re(made)
