@@ -23,6 +23,11 @@ public struct LatencyHistogram: Sendable, Equatable {
         sumNanoseconds &+= nanoseconds
     }
 
+    public mutating func record(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        record(nanoseconds: UInt64(max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)))
+    }
+
     public mutating func merge(_ other: LatencyHistogram) {
         for index in buckets.indices { buckets[index] += other.buckets[index] }
         count += other.count

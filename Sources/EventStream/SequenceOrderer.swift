@@ -14,8 +14,15 @@ public struct SequenceOrderer<Item> {
     /// Accepts one item and returns every item now releasable, in order. A seq already
     /// released is dropped.
     public mutating func accept(seq: UInt64, _ item: Item) -> [Item] {
+        accept(seq: seq, item, replaces: { _ in true })
+    }
+
+    /// Like `accept(seq:_:)`, but when `seq` is already held back, `replaces` decides (given
+    /// the held item) whether the new copy takes its place.
+    public mutating func accept(seq: UInt64, _ item: Item, replaces: (Item) -> Bool) -> [Item] {
         guard seq >= next else { return [] }
         if seq != next {
+            if let held = pending[seq], !replaces(held) { return [] }
             pending[seq] = item
             return []
         }

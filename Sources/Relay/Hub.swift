@@ -184,11 +184,35 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         }
     }
 
+    /// Publishes broadcasts read from the journal (another daemon's, sharing the database) as
+    /// if they had been made here: the journal holds each one's type and payload byte for byte,
+    /// so every client gets the same frame as the other daemon's clients. They merge with local
+    /// broadcasts in seq order; a seq already handed over is dropped.
+    public func publishJournal(_ entries: [JournalEntry]) {
+        for entry in entries {
+            guard let typeIndex = codec.catalog.index(of: entry.type) else { continue }
+            let plain = OutboundFrame.event(
+                seq: entry.seq,
+                type: entry.type,
+                correlation: nil,
+                body: .payload(entry.payload)
+            )
+            publishBroadcast(
+                BroadcastFrame(seq: entry.seq, typeIndex: typeIndex, plain: plain, origin: nil, originCopy: plain)
+            )
+        }
+    }
+
     /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
+    /// When a seq waits twice, the copy that has an origin (the requester's `re` copy) wins.
     func publishBroadcast(_ frame: BroadcastFrame) {
         metrics.broadcast()
         orderer.withLockedValue { orderer in
-            let released = orderer.accept(seq: frame.seq, frame)
+            let released = orderer.accept(
+                seq: frame.seq,
+                frame,
+                replaces: { held in frame.origin != nil || held.origin == nil }
+            )
             guard !released.isEmpty else { return }
             // Submitted under the lock so every loop receives broadcasts in seq order.
             for shard in orderedShards {

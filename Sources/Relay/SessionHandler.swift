@@ -471,7 +471,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             do {
                 let position = try await journal.position()
                 let needsJournal = after < replayThrough
-                guard epoch == position.epoch, epoch == currentEpoch, after <= current,
+                // A seq this daemon has not fanned out yet but the journal already holds (another
+                // daemon's, with several sharing one database) is fine: it and everything after
+                // it reach this session live, and the ones up to `after` are skipped.
+                guard epoch == position.epoch, epoch == currentEpoch, after <= max(current, position.head),
                     !needsJournal || after + 1 >= position.oldest
                 else {
                     loop.execute { bound.value.finishResume(.gap(current: current), re: re) }

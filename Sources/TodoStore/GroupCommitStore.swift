@@ -117,12 +117,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             let prune = commitsSincePrune >= 64
             if prune { commitsSincePrune = 0 }
             let started = ContinuousClock.now
-            defer {
-                let elapsed = ContinuousClock.now - started
-                let nanoseconds =
-                    elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
-                commitLatency.record(nanoseconds: UInt64(max(0, nanoseconds)))
-            }
+            defer { commitLatency.record(ContinuousClock.now - started) }
             do {
                 try await backend.commit(records, prune: prune)
                 healthy = true

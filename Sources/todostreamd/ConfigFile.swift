@@ -27,7 +27,13 @@ enum ConfigFile {
     /// Every key, with its kind.
     static let keys: [String: Kind] = [
         "data_dir": .string,
-        "storage": .choice(["sqlite", "memory"]),
+        "storage": .choice(["sqlite", "memory", "postgres"]),
+        "postgres_url": .string,
+        "postgres.pool_size": .int(1...1000),
+        "postgres.timeout_ms": .int(100...600_000),
+        "postgres.catch_up_interval_ms": .int(50...600_000),
+        "postgres.startup_timeout_ms": .int(0...3_600_000),
+        "postgres.max_pending_writes": .int(1...1_000_000),
         "log_level": .choice(["trace", "debug", "info", "notice", "warning", "error", "critical"]),
         "allow_insecure": .bool,
         "listen.tcp": .address,
@@ -145,7 +151,7 @@ enum ConfigFile {
             "data_dir": "--data-dir", "listen.tcp": "--listen", "listen.http": "--http-listen",
             "listen.tls": "--tls-listen", "tls.cert": "--tls-cert", "tls.key": "--tls-key",
             "tls.client_ca": "--tls-client-ca", "tls.dev": "--dev-tls", "tls.http": "--http-tls",
-            "storage": "--storage", "limits.max_frame_bytes": "--max-frame-bytes",
+            "storage": "--storage", "postgres_url": "--postgres-url", "limits.max_frame_bytes": "--max-frame-bytes",
             "limits.max_queue_bytes": "--max-queue-bytes", "limits.max_connections": "--max-connections",
             "limits.rate_limit_per_second": "--rate-limit", "limits.rate_limit_burst": "--rate-limit",
             "log_level": "--log-level", "allow_insecure": "--allow-insecure",
@@ -229,6 +235,12 @@ enum ConfigFile {
         if let value = values["storage"] as? String, let storage = DaemonOptions.Storage(rawValue: value) {
             options.storage = storage
         }
+        if let value = values["postgres_url"] as? String { options.postgresURL = value }
+        if let value = int("postgres.pool_size") { options.postgres.poolSize = value }
+        if let value = int("postgres.timeout_ms") { options.postgres.timeout = .milliseconds(value) }
+        if let value = int("postgres.catch_up_interval_ms") { options.postgres.catchUpInterval = .milliseconds(value) }
+        if let value = int("postgres.startup_timeout_ms") { options.postgres.startupTimeout = .milliseconds(value) }
+        if let value = int("postgres.max_pending_writes") { options.postgres.maxPendingWrites = value }
         if let value = values["log_level"] as? String { options.logLevel = value }
         if let value = values["allow_insecure"] as? Bool { options.allowInsecure = value }
         if let value = address("listen.tcp") { options.listeners.tcp = value }

@@ -16,10 +16,23 @@ struct DaemonOptions: Sendable {
     enum Storage: String, Sendable {
         case sqlite
         case memory
+        case postgres
+    }
+
+    /// Tuning for `storage: postgres` (the URL is `postgresURL`).
+    struct PostgresTuning: Sendable, Hashable {
+        var poolSize = 8
+        var timeout: Duration = .seconds(5)
+        var catchUpInterval: Duration = .seconds(1)
+        var startupTimeout: Duration = .seconds(30)
+        var maxPendingWrites = 16_384
     }
 
     var dataDirectory: String = DaemonOptions.defaultDataDirectory
     var storage: Storage = .sqlite
+    /// `postgres://…`; holds a password: never logged.
+    var postgresURL: String?
+    var postgres = PostgresTuning()
     var listeners = ListenerConfiguration(
         tcp: .init(host: "127.0.0.1", port: 7878),
         http: .init(host: "127.0.0.1", port: 8080)
@@ -64,7 +77,7 @@ final class Daemon: Sendable {
     /// Produces fresh options on reload (the config file, the environment, the flags).
     private let resolver: (@Sendable () throws -> DaemonOptions)?
     var options: DaemonOptions { currentOptions.withLockedValue { $0 } }
-    let store: GroupCommitStore
+    let store: any ServedStore
     let relay: RelayServer<TodoWireCodec>
     let addresses: BoundAddresses
     let logger: Logger
@@ -75,7 +88,7 @@ final class Daemon: Sendable {
     private init(
         options: DaemonOptions,
         resolver: (@Sendable () throws -> DaemonOptions)?,
-        store: GroupCommitStore,
+        store: any ServedStore,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
         signals: [UnixSignal],
@@ -113,20 +126,28 @@ final class Daemon: Sendable {
         logger: Logger,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         signals: [UnixSignal] = [.sigterm, .sigint],
-        store givenStore: GroupCommitStore? = nil,
+        store givenStore: (any ServedStore)? = nil,
         resolver: (@Sendable () throws -> DaemonOptions)? = nil
     ) async throws -> Daemon {
-        let store: GroupCommitStore
+        let store: any ServedStore
         if let givenStore {
             store = givenStore
         } else {
             store = try await openStore(options, logger: logger, group: group)
         }
-        let position = try await store.position()
+        let position: JournalPosition
+        do {
+            position = try await store.position()
+        } catch {
+            await store.close()
+            throw StartupError(message: "cannot read the journal's position: the database did not answer")
+        }
         var loops: [any EventLoop] = []
         for loop in group.makeIterator() { loops.append(loop) }
         let hub = Hub(codec: TodoWireCodec(), epoch: position.epoch, head: position.head, loops: loops)
         let bus = EventBus<Event>(servers: [ViewModelServer(), ModelServer(store: store)], sink: hub)
+        // Other daemons' broadcasts (several daemons on one database) merge into the same order.
+        await store.follow(after: position.head) { entries in hub.publishJournal(entries) }
 
         var options = options
         if options.devTLS, options.tlsCertificatePath == nil {
@@ -220,7 +241,7 @@ final class Daemon: Sendable {
         _ options: DaemonOptions,
         logger: Logger,
         group: any EventLoopGroup
-    ) async throws -> GroupCommitStore {
+    ) async throws -> any ServedStore {
         switch options.storage {
         case .memory:
             return await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
@@ -234,6 +255,26 @@ final class Daemon: Sendable {
                     eventLoop: group.any(),
                     logger: logger
                 )
+            } catch let error as StoreError {
+                throw StartupError(message: error.message)
+            }
+        case .postgres:
+            do {
+                var settings = try PostgresSettings(url: options.postgresURL ?? "")
+                settings.poolSize = options.postgres.poolSize
+                settings.acquireTimeout = options.postgres.timeout
+                settings.catchUpInterval = options.postgres.catchUpInterval
+                return try await PostgresStore.open(
+                    settings: settings,
+                    maxBatch: options.maxBatch,
+                    maxPending: options.postgres.maxPendingWrites,
+                    retention: options.retention,
+                    startupTimeout: options.postgres.startupTimeout,
+                    eventLoopGroup: group,
+                    logger: logger
+                )
+            } catch let error as PostgresSettings.ParseError {
+                throw StartupError(message: "postgres_url \(error.message)")
             } catch let error as StoreError {
                 throw StartupError(message: error.message)
             }
@@ -287,7 +328,7 @@ final class Daemon: Sendable {
     /// them does not answer within `timeout`: then the watchdog must not be fed.
     static func probe(
         group: any EventLoopGroup,
-        store: GroupCommitStore,
+        store: any ServedStore,
         relay: RelayServer<TodoWireCodec>,
         timeout: Duration = .seconds(2)
     ) async -> String? {
@@ -311,7 +352,7 @@ final class Daemon: Sendable {
                 var loops: [any EventLoop] = []
                 for loop in group.makeIterator() { loops.append(loop) }
                 for loop in loops { try? await loop.submit {}.get() }
-                _ = await store.count
+                _ = await store.isHealthy
                 finish(true)
                 timer.cancel()
             }
@@ -343,12 +384,17 @@ final class Daemon: Sendable {
             next.tlsKeyPath = current.tlsKeyPath
         }
         if next.listeners != current.listeners || next.dataDirectory != current.dataDirectory
-            || next.storage != current.storage
+            || next.storage != current.storage || next.postgresURL != current.postgresURL
+            || next.postgres != current.postgres
         {
-            logger.warning("listeners, data_dir and storage change only on restart; keeping the running ones")
+            logger.warning(
+                "listeners, data_dir, storage and postgres settings change only on restart; keeping the running ones"
+            )
             next.listeners = current.listeners
             next.dataDirectory = current.dataDirectory
             next.storage = current.storage
+            next.postgresURL = current.postgresURL
+            next.postgres = current.postgres
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
             do {

@@ -73,8 +73,15 @@ struct SettingsOptions: ParsableArguments {
     @Option(name: .customLong("monitor-token"), help: "A token that grants the monitor role.")
     var monitorToken: String?
 
-    @Option(help: "Storage engine: sqlite or memory.")
+    @Option(help: "Storage engine: sqlite, memory, or postgres (several daemons on one database).")
     var storage: String?
+
+    @Option(
+        name: .customLong("postgres-url"),
+        help:
+            "With --storage postgres: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=MODE (prefer TODOSTREAM_POSTGRES_URL for a password)."
+    )
+    var postgresURL: String?
 
     @Option(name: .customLong("max-frame-bytes"), help: "Largest frame accepted, in bytes (default 65536).")
     var maxFrameBytes: Int?
@@ -115,6 +122,7 @@ struct SettingsOptions: ParsableArguments {
         if httpTLS { flags["tls.http"] = true }
         if allowInsecure { flags["allow_insecure"] = true }
         flags["storage"] = storage
+        flags["postgres_url"] = postgresURL
         flags["limits.max_frame_bytes"] = maxFrameBytes
         flags["limits.max_queue_bytes"] = maxQueueBytes
         flags["limits.max_connections"] = maxConnections

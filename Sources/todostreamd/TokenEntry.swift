@@ -1,6 +1,7 @@
 import Crypto
 import EventStream
 import Relay
+import TodoStore
 
 /// An access token as configured: its SHA-256 digest (hex) and the role it grants.
 struct TokenEntry: Sendable, Hashable {
@@ -25,6 +26,18 @@ extension DaemonOptions {
 
     /// Checks what no single key can: the combinations.
     func validate() throws {
+        if storage == .postgres {
+            guard let postgresURL, !postgresURL.isEmpty else {
+                throw ConfigError(
+                    message: "storage postgres needs postgres_url (or --postgres-url, or TODOSTREAM_POSTGRES_URL)"
+                )
+            }
+            do {
+                _ = try PostgresSettings(url: postgresURL)
+            } catch {
+                throw ConfigError(message: "postgres_url \(error.message)")
+            }
+        }
         guard relay.maxFrameBytes <= relay.webSocketHardCapBytes else {
             throw ConfigError(message: "limits.max_frame_bytes must not exceed limits.websocket_max_message_bytes")
         }

@@ -38,3 +38,15 @@ import Testing
         }
     }
 }
+
+@Suite struct SequenceOrdererPreferenceTests {
+    @Test func aHeldSeqKeepsTheCopyThePolicyPrefers() {
+        var orderer = SequenceOrderer<String>(after: 0)
+        #expect(orderer.accept(seq: 2, "origin", replaces: { _ in true }).isEmpty)
+        // A second copy without an origin does not replace the one with it.
+        #expect(orderer.accept(seq: 2, "plain", replaces: { held in held != "origin" }).isEmpty)
+        #expect(orderer.accept(seq: 1, "first") == ["first", "origin"])
+        // Already released: dropped.
+        #expect(orderer.accept(seq: 2, "late", replaces: { _ in true }).isEmpty)
+    }
+}

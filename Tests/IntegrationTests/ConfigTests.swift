@@ -67,6 +67,24 @@ import Testing
         #expect(message(": : :\n")?.contains("not valid YAML") == true)
     }
 
+    @Test func postgresNeedsAValidURLAndNamesTheKey() throws {
+        #expect(message("storage: postgres\n")?.contains("postgres_url") == true)
+        #expect(
+            message(nil, flags: ["--storage", "postgres", "--postgres-url", "postgres://a:hunter22@b/c?sslmode=maybe"])
+                .map { $0.contains("postgres_url") && $0.contains("sslmode") && !$0.contains("hunter22") } == true
+        )
+        #expect(message("postgres:\n  pool_size: 0\n")?.contains("postgres.pool_size is 0, out of range") == true)
+        let options = try resolve(
+            "storage: postgres\npostgres:\n  catch_up_interval_ms: 250\n",
+            environment: ["TODOSTREAM_POSTGRES_URL": "postgres://todo@db/todos"]
+        )
+        #expect(options.storage == .postgres)
+        #expect(options.postgresURL == "postgres://todo@db/todos")
+        #expect(options.postgres.catchUpInterval == .milliseconds(250))
+        let flagged = try resolve(nil, flags: ["--storage", "postgres", "--postgres-url", "postgres://x@y/z"])
+        #expect(flagged.postgresURL == "postgres://x@y/z")
+    }
+
     @Test func environmentOverridesTheFileAndFlagsOverrideBoth() throws {
         let yaml = "limits:\n  max_queue_bytes: 2048\n  max_connections: 10\n"
         let options = try resolve(

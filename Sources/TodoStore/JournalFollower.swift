@@ -1,0 +1,183 @@
+import EventStream
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import PostgresNIO
+
+/// Follows the shared journal for one daemon: LISTENs on `journalChannel` on a connection of
+/// its own and, on every notification (coalesced), every `catchUpInterval`, and right after
+/// each (re)connect, reads the journal from the last seq it handled up to `head` and hands the
+/// entries other daemons wrote to `publish`, in seq order.
+///
+/// A notification carries only the new head and is only a hint: the rows come from the
+/// journal, so notifications that arrive late, together, or never change nothing but latency.
+/// Entries this daemon committed itself (`LocalClaims`) are skipped: their broadcasts already go
+/// out through the local path, with the requester's `re` copy.
+final class JournalFollower: Sendable {
+    /// Entries read per query while catching up.
+    static let pageSize: UInt64 = 1000
+
+    private let connector: PostgresConnector
+    private let claims: LocalClaims
+    private let health: DatabaseHealth
+    private let eventLoop: any EventLoop
+    private let logger: Logger
+    private let publish: @Sendable ([JournalEntry]) -> Void
+    /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
+    /// dead connection must not publish anything if it ever wakes up.
+    private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
+    private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+
+    init(
+        connector: PostgresConnector,
+        claims: LocalClaims,
+        health: DatabaseHealth,
+        after: UInt64,
+        eventLoop: any EventLoop,
+        logger: Logger,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void
+    ) {
+        self.connector = connector
+        self.claims = claims
+        self.health = health
+        self.cursor = NIOLockedValueBox((0, after))
+        self.eventLoop = eventLoop
+        self.logger = logger
+        self.publish = publish
+    }
+
+    /// The newest seq handled (published, or left to the local path).
+    var handled: UInt64 { cursor.withLockedValue { $0.seq } }
+
+    func start() {
+        task.withLockedValue { task in
+            guard task == nil else { return }
+            task = Task { await self.run() }
+        }
+    }
+
+    func stop() {
+        task.withLockedValue { task in
+            task?.cancel()
+            task = nil
+        }
+    }
+
+    private func run() async {
+        var delay = Duration.milliseconds(100)
+        var connectionID = 0
+        while !Task.isCancelled {
+            connectionID += 1
+            let generation = connectionID
+            cursor.withLockedValue { $0.generation = generation }
+            do {
+                let connection = try await PostgresConnection.connect(
+                    on: eventLoop,
+                    configuration: connector.connectionConfiguration,
+                    id: connectionID,
+                    logger: logger
+                )
+                delay = .milliseconds(100)
+                do {
+                    try await follow(on: connection, generation: generation)
+                } catch {
+                    try? await connection.close()
+                    throw error
+                }
+                try? await connection.close()
+            } catch {
+                guard !Task.isCancelled else { return }
+                if health.recordFeed(up: false) {
+                    logger.error(
+                        "lost the journal feed from PostgreSQL; reconnecting",
+                        metadata: ["database": "\(connector.settings)", "reason": "\(PostgresStore.describe(error))"]
+                    )
+                }
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+    }
+
+    /// LISTENs, catches up once the LISTEN is active (so nothing committed in between is
+    /// missed), then again on every wake-up until the connection fails or the task is
+    /// cancelled.
+    private func follow(on connection: PostgresConnection, generation: Int) async throws {
+        try await connection.listen(on: journalChannel) { notifications in
+            let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for try await _ in notifications { wake.yield() }
+                    throw DatabaseUnavailable()
+                }
+                let interval = connector.settings.catchUpInterval
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: interval)
+                        wake.yield()
+                    }
+                }
+                group.addTask {
+                    try await self.catchUpWithin(on: connection, generation: generation)
+                    if self.health.recordFeed(up: true) {
+                        self.logger.notice(
+                            "following the journal in PostgreSQL",
+                            metadata: ["seq": "\(self.handled)"]
+                        )
+                    }
+                    for await _ in wakeups {
+                        try await self.catchUpWithin(on: connection, generation: generation)
+                        self.health.recordFeed(up: true)
+                    }
+                }
+                defer { wake.finish() }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// `catchUp`, bounded in time: a connection that died under a query does not always fail
+    /// the query, so one that overruns is closed and the follower reconnects.
+    private func catchUpWithin(on connection: PostgresConnection, generation: Int) async throws {
+        try await PostgresClient.run(
+            within: connector.settings.acquireTimeout,
+            onTimeout: { connection.close() },
+            { try await self.catchUp(on: connection, generation: generation) }
+        )
+    }
+
+    /// Reads everything after the cursor up to the head, page by page, and publishes what other
+    /// daemons wrote.
+    private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
+        var head: Int64 = 0
+        for try await value in try await connection.query(
+            "SELECT head FROM stream_state WHERE id = 1",
+            logger: logger
+        ).decode(Int64.self) {
+            head = value
+        }
+        let target = UInt64(max(0, head))
+        var from = handled
+        while from < target {
+            let upper = min(target, from + Self.pageSize)
+            let entries = try await PostgresStore.entries(on: connection, after: from, through: upper, logger: logger)
+            guard entries.first?.seq == from + 1, entries.last?.seq == upper, entries.count == Int(upper - from) else {
+                logger.critical(
+                    "the journal no longer holds entries this daemon has not broadcast yet (pruned); raise journal.max_entries",
+                    metadata: ["seq.after": "\(from)", "seq.through": "\(upper)"]
+                )
+                throw DatabaseUnavailable()
+            }
+            let current = cursor.withLockedValue { cursor -> Bool in
+                guard cursor.generation == generation, cursor.seq == from else { return false }
+                let foreign = entries.filter { !claims.passedByFollower($0) }
+                if !foreign.isEmpty { publish(foreign) }
+                cursor.seq = upper
+                return true
+            }
+            guard current else { throw DatabaseUnavailable() }
+            from = upper
+        }
+    }
+}

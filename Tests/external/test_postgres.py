@@ -1,0 +1,630 @@
+"""Several daemons on one PostgreSQL (issue 8), against a real PostgreSQL from Debian's
+`postgresql` package, started for this module as its own user in a temporary directory (on a
+free port, with TLS on): two or more `todostreamd --storage postgres` on it, each with its own
+clients.
+
+A missing PostgreSQL FAILS these tests (scripts/install-test-tools installs it). Nothing here
+sleeps to synchronise: every wait polls for what it expects, bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import _die_with_parent, daemon_binary
+from helpers import LineClient, WSClient, create_todo, list_todos, make_ca, make_server_cert, next_id
+
+# --------------------------------------------------------------------------------------------
+# a PostgreSQL server of the test's own
+
+
+def _pg_bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    if not found:
+        pytest.fail(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): "
+            "run scripts/install-test-tools, or apt-get install postgresql",
+            pytrace=False,
+        )
+    return Path(found[-1]).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """initdb + pg_ctl in a temporary directory, as the `postgres` system user when running as
+    root (PostgreSQL refuses to run as root), listening on 127.0.0.1 on a free port and on a
+    Unix socket in the directory, with TLS (a certificate from a test CA) and trust auth."""
+
+    def __init__(self):
+        self.bin = _pg_bin()
+        self.root = Path(tempfile.mkdtemp(prefix="todostream-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "postgres.log"
+        self.port = _free_port()
+        self.user = None
+        if os.geteuid() == 0:
+            try:
+                self.user = pwd.getpwnam("postgres")
+            except KeyError:
+                pytest.fail("running as root needs the 'postgres' system user (from the postgresql package)", pytrace=False)
+        tls = self.root / "tls"
+        tls.mkdir()
+        self.ca = make_ca(tls)
+        self.cert, self.key = make_server_cert(tls, self.ca, name="postgres", cn="localhost")
+        os.chmod(self.key, 0o600)
+        if self.user:
+            os.chmod(self.root, 0o755)
+            for path in [self.root, tls, *tls.iterdir()]:
+                os.chown(path, self.user.pw_uid, self.user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.root}'\n"
+                f"ssl = on\nssl_cert_file = '{self.cert}'\nssl_key_file = '{self.key}'\n"
+                "max_connections = 200\n"
+            )
+        self.start()
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = [str(self.bin / tool), *args]
+        if self.user:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=self.root, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n{self.log_tail()}")
+        return result
+
+    def log_tail(self) -> str:
+        try:
+            return "postgres log (tail):\n" + self.log.read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        result = self._run("psql", "-h", str(self.root), "-p", str(self.port), "-U", "postgres", "-d", database,
+                           "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql)
+        return result.stdout.strip()
+
+    def create_database(self) -> str:
+        name = f"t{next(_databases)}_{os.getpid()}"
+        self.psql(f"CREATE DATABASE {name}")
+        return name
+
+    def url(self, database: str, sslmode: str = "require", host: str = "127.0.0.1", **params) -> str:
+        query = "&".join([f"sslmode={sslmode}", *[f"{k}={v}" for k, v in params.items()]])
+        return f"postgres://postgres@{host}:{self.port}/{database}?{query}"
+
+    def close(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def database(postgres):
+    """A fresh database on the module's server, and the flags that put a daemon on it."""
+    name = postgres.create_database()
+    return name, ["--storage", "postgres", "--postgres-url", postgres.url(name)]
+
+
+def pg_daemons(daemon_factory, flags, count=2):
+    return [daemon_factory(*flags) for _ in range(count)]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def http_get(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def toggle(c, todo, timeout=10.0):
+    """RequestToggleCompleteTodoViewModel for the todo with todo["id"]; returns the answer."""
+    return c.request({"type": "RequestToggleCompleteTodoViewModel", "payload": {"todo": {"id": todo["id"]}}},
+                     timeout=timeout)
+
+
+def wait_until(predicate, timeout=30.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)  # polling an external state, bounded by the deadline
+
+
+def broadcasts(c):
+    return [f for f in c.history if "seq" in f and "op" not in f]
+
+
+def strip_re(frame):
+    return {k: v for k, v in frame.items() if k != "re"}
+
+
+def read_through(c, seq, timeout=60.0):
+    """Reads until the broadcast `seq` has arrived; returns every broadcast received."""
+    deadline = time.monotonic() + timeout
+    while not any(f.get("seq") == seq for f in broadcasts(c)):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{c.name}: seq {seq} never arrived; last: {[f['seq'] for f in broadcasts(c)][-5:]}")
+        try:
+            c._next_new(min(left, 1.0))
+        except TimeoutError:
+            pass
+    return broadcasts(c)
+
+
+def assert_gapless(frames, first, last, name):
+    seqs = [f["seq"] for f in frames]
+    assert seqs == list(range(first, last + 1)), (
+        f"{name}: not exactly {first}..{last} in order (got {len(seqs)} broadcasts; "
+        f"first problems: {[(a, b) for a, b in zip(seqs, range(first, last + 1)) if a != b][:5]})"
+    )
+
+
+class Writer(threading.Thread):
+    """Creates one todo, then toggles it `count` times, each a request/answer round trip;
+    records every acknowledged broadcast and every `unavailable`."""
+
+    def __init__(self, port, count, name, tolerate_unavailable=False):
+        super().__init__(daemon=True)
+        self.port, self.count, self.name = port, count, name
+        self.tolerate_unavailable = tolerate_unavailable
+        self.acked: list[dict] = []
+        self.unavailable = 0
+        self.error: BaseException | None = None
+        self.stop_at = None
+
+    def run(self):
+        try:
+            self.client = LineClient(self.port, name=self.name)
+            with self.client as c:
+                c.ping()
+                todo = None
+                while todo is None:
+                    reply, bcast = create_todo_tolerant(c, self.name)
+                    if bcast is not None:
+                        self.acked.append(bcast)
+                        todo = bcast["payload"]["todo"]
+                    elif not self.tolerate_unavailable:
+                        raise AssertionError(f"{self.name}: create failed: {reply}")
+                    else:
+                        self.unavailable += 1
+                for _ in range(self.count):
+                    if self.stop_at is not None and time.monotonic() > self.stop_at:
+                        break
+                    answer = toggle(c, {"id": todo["id"]}, timeout=60)
+                    if "error" in answer:
+                        assert answer["error"]["code"] == "unavailable" and self.tolerate_unavailable, answer
+                        self.unavailable += 1
+                        continue
+                    assert answer.get("seq"), answer
+                    self.acked.append(answer)
+        except BaseException as error:  # reported by the test
+            self.error = error
+
+
+def create_todo_tolerant(c, title):
+    """Like create_todo, but returns (reply, None) when the save fails (e.g. unavailable)."""
+    detail = c.request({"type": "RequestNewTodoDetailViewModel"})["payload"]
+    rid = next_id("save")
+    c.send({"type": "RequestUpdateDetailViewModel", "id": rid, "payload": {**detail, "title": title}})
+    reply = c.expect(lambda f: f.get("re") == rid and f.get("type") == "ResponseUpdateDetailViewModel", timeout=60)
+    if "error" in reply:
+        return reply, None
+    bcast = c.expect(lambda f: f.get("re") == rid and f.get("type") == "ResponseTodoViewModel", timeout=60)
+    return reply, bcast
+
+
+def journal_rows(postgres, database):
+    """Every journal row as {seq: payload dict}."""
+    out = postgres.psql("SELECT seq, convert_from(payload, 'UTF8') FROM journal ORDER BY seq", database)
+    rows = {}
+    for line in out.splitlines():
+        seq, _, payload = line.partition("|")
+        rows[int(seq)] = json.loads(payload)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# tests
+
+
+def test_a_change_through_a_reaches_b_clients_with_the_same_seq(daemon_factory, database):
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="writer@A") as w, LineClient(b.tcp_port, name="observer@B") as ob, \
+            WSClient(b.http_port, name="ws@B") as wb, LineClient(a.tcp_port, name="observer@A") as oa:
+        assert w.hello["epoch"] == ob.hello["epoch"], "both daemons serve one stream: one epoch"
+        for c in (ob, wb, oa):
+            c.ping()
+        _, bcast = create_todo(w, "made on A")
+        seen_b = ob.expect_seq(bcast["seq"])
+        seen_ws = wb.expect_seq(bcast["seq"])
+        seen_a = oa.expect_seq(bcast["seq"])
+        assert seen_b == strip_re(bcast) == seen_a == seen_ws, (bcast, seen_b, seen_a, seen_ws)
+        # And back: a change through B reaches A's clients, next in the one order.
+        answer = toggle(ob, bcast["payload"]["todo"])
+        assert answer["seq"] == bcast["seq"] + 1, answer
+        assert oa.expect_seq(answer["seq"]) == strip_re(answer)
+        assert w.expect_seq(answer["seq"]) == strip_re(answer)
+        # Reads on either daemon see the same state.
+        assert list_todos(w) == list_todos(ob)
+    status, body = http_get(b.http_port, "/healthz")
+    assert status == 200 and json.loads(body)["seq"] >= bcast["seq"] + 1, body
+
+
+def test_thousands_of_concurrent_writes_through_both_daemons_yield_one_gapless_order(daemon_factory, database):
+    a, b = pg_daemons(daemon_factory, database[1])
+    observers = [
+        LineClient(a.tcp_port, name="obs1@A"), WSClient(a.http_port, name="obs2@A"),
+        LineClient(b.tcp_port, name="obs1@B"), WSClient(b.http_port, name="obs2@B"),
+    ]
+    try:
+        for o in observers:
+            o.ping()
+        start = max(o.hello["seq"] for o in observers)
+        per_writer, writers_per_daemon = 250, 6
+        writers = [Writer(d.tcp_port, per_writer, f"w{i}@{tag}")
+                   for tag, d in (("A", a), ("B", b)) for i in range(writers_per_daemon)]
+        began = time.monotonic()
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(timeout=300)
+            assert not w.is_alive(), f"{w.name} did not finish"
+            assert w.error is None, f"{w.name}: {w.error!r}"
+        elapsed = time.monotonic() - began
+        acked = [f for w in writers for f in w.acked]
+        total = len(acked)
+        assert total == len(writers) * (per_writer + 1)
+        seqs = sorted(f["seq"] for f in acked)
+        assert seqs == list(range(start + 1, start + total + 1)), "acknowledged seqs are unique and gapless"
+        last = start + total
+        print(f"\n{total} writes through 2 daemons in {elapsed:.1f}s ({total / elapsed:.0f}/s)")
+        streams = []
+        for o in observers:
+            frames = [f for f in read_through(o, last) if f["seq"] > start]
+            assert_gapless(frames, start + 1, last, o.name)
+            streams.append(frames)
+        for o, frames in zip(observers[1:], streams[1:]):
+            assert frames == streams[0], f"{o.name} saw a different stream than {observers[0].name}"
+        by_seq = {f["seq"]: strip_re(f) for f in acked}
+        assert [by_seq[f["seq"]] for f in streams[0]] == streams[0], "each requester's copy equals everyone's"
+    finally:
+        for o in observers:
+            o.close()
+
+
+def test_a_client_resumes_on_b_after_a_is_killed_and_no_acknowledged_write_is_lost(daemon_factory, database, postgres):
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="client@A") as c:
+        epoch = c.hello["epoch"]
+        _, first = create_todo(c, "before the kill")
+        last_seen = first["seq"]
+    # Writers on A keep going while A is killed mid-write.
+    writers = [Writer(a.tcp_port, 10_000, f"w{i}@A") for i in range(4)]
+    for w in writers:
+        w.start()
+    wait_until(lambda: sum(len(w.acked) for w in writers) >= 200, what="writes through A")
+    a.kill()
+    a.proc = None  # killed on purpose: not checked for a clean exit at teardown
+    for w in writers:
+        w.join(timeout=30)
+    acked_on_a = [f for w in writers for f in w.acked]
+    assert len(acked_on_a) >= 200
+    # More happens through B while the client is away.
+    with LineClient(b.tcp_port, name="writer@B") as wb:
+        missed_now = [toggle(wb, first["payload"]["todo"]) for _ in range(3)]
+    head = missed_now[-1]["seq"]
+    # The client comes back on B and resumes where it was on A.
+    with LineClient(b.tcp_port, name="client@B") as c2:
+        assert c2.hello["epoch"] == epoch
+        rid = next_id("resume")
+        c2.send({"op": "resume", "id": rid, "epoch": epoch, "after": last_seen})
+        before = []
+        while True:
+            f = c2.recv(timeout=30)
+            if f.get("re") == rid:
+                resumed = f
+                break
+            before.append(f)
+        assert resumed.get("op") == "resumed", resumed
+        assert resumed["from"] == last_seen + 1 and resumed["to"] >= head, resumed
+        replayed = [f for f in before if "seq" in f]
+        assert [f["seq"] for f in replayed] == list(range(last_seen + 1, head + 1)), "nothing missed, nothing twice"
+        by_seq = {f["seq"]: strip_re(f) for f in acked_on_a + missed_now}
+        for f in replayed:
+            if f["seq"] in by_seq:
+                assert f == by_seq[f["seq"]], "replayed exactly as first broadcast"
+        with LineClient(b.tcp_port, name="late-writer@B") as late:
+            live = toggle(late, first["payload"]["todo"])
+        assert c2.expect_seq(live["seq"]) == strip_re(live)
+    # Every write A acknowledged before it died is in the shared journal, byte for byte.
+    rows = journal_rows(postgres, database[0])
+    for f in acked_on_a:
+        assert rows.get(f["seq"]) == f["payload"], f"acknowledged write seq {f['seq']} lost"
+
+
+def test_the_database_restarting_under_load_loses_no_acknowledged_write(daemon_factory, database, postgres):
+    a, b = pg_daemons(daemon_factory, database[1])
+    observers = [LineClient(a.tcp_port, name="obs@A"), LineClient(b.tcp_port, name="obs@B")]
+    try:
+        for o in observers:
+            o.ping()
+        start = max(o.hello["seq"] for o in observers)
+        writers = [Writer(d.tcp_port, 1_000_000, f"w{i}@{tag}", tolerate_unavailable=True)
+                   for tag, d in (("A", a), ("B", b)) for i in range(3)]
+        for w in writers:
+            w.start()
+        wait_until(lambda: sum(len(w.acked) for w in writers) >= 300, what="writes before the restart")
+        postgres.restart(mode="immediate")  # a crash of the database, then recovery
+        before = sum(len(w.acked) for w in writers)
+        wait_until(lambda: sum(len(w.acked) for w in writers) >= before + 300, timeout=60,
+                   what="writes succeeding again after the restart")
+        for w in writers:
+            w.stop_at = time.monotonic()
+        for w in writers:
+            w.join(timeout=120)
+            assert not w.is_alive() and w.error is None, f"{w.name}: {w.error!r}"
+        assert a.running and b.running, "a daemon exited when the database went away"
+        acked = [f for w in writers for f in w.acked]
+        rows = journal_rows(postgres, database[0])
+        for f in acked:
+            assert rows.get(f["seq"]) == f["payload"], f"acknowledged write seq {f['seq']} lost"
+        last = max(rows)
+        assert sorted(rows) == list(range(1, last + 1)), "the journal is gapless"
+        streams = []
+        for o in observers:
+            frames = [f for f in read_through(o, last) if f["seq"] > start]
+            assert_gapless(frames, start + 1, last, o.name)
+            streams.append(frames)
+        assert streams[0] == streams[1], "both daemons' clients saw the same stream"
+        print(f"\n{len(acked)} acknowledged, {sum(w.unavailable for w in writers)} answered unavailable")
+    finally:
+        for o in observers:
+            o.close()
+
+
+def test_database_down_means_unavailable_and_healthz_503_then_recovery(daemon_factory, database, postgres):
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="obs@B") as ob:
+        _, made = create_todo(ca, "survives an outage")
+        ob.expect_seq(made["seq"])
+        postgres.stop()
+        try:
+            for d in (a, b):
+                wait_until(lambda: http_get(d.http_port, "/healthz")[0] == 503, what="/healthz 503")
+            answer = toggle(ca, made["payload"]["todo"], timeout=30)
+            assert answer.get("error", {}).get("code") == "unavailable", answer
+            assert "seq" not in answer
+            r = ca.request({"type": "RequestTodoViewModels"}, timeout=30)
+            assert r.get("error", {}).get("code") == "unavailable", r
+            assert a.running and b.running
+        finally:
+            postgres.start()
+        for d in (a, b):
+            wait_until(lambda: http_get(d.http_port, "/healthz")[0] == 200, what="/healthz 200 again")
+        # Nothing was half-applied: the failed toggle left the todo as it was.
+        todo = next(t for t in list_todos(ca) if t["todo"]["id"] == made["payload"]["todo"]["id"])
+        assert todo["todo"]["version"] == made["payload"]["todo"]["version"]
+        answer = wait_until(lambda: (lambda r: r if "seq" in r else None)(toggle(ca, made["payload"]["todo"], timeout=30)),
+                            what="a write succeeding after the database came back")
+        assert answer["seq"] == made["seq"] + 1, "no seq was used by the failed write"
+        assert ob.expect_seq(answer["seq"]) == strip_re(answer)
+
+
+def test_daemons_migrating_at_once_share_one_schema_and_epoch(daemon_factory, database, postgres):
+    daemons = [daemon_factory(*database[1], start=False) for _ in range(3)]
+    # Started from this thread (a child gets SIGKILL when the thread that started it ends),
+    # all before any is waited for, so that they migrate at the same moment.
+    for d in daemons:
+        d.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(d.log_path, "ab")
+        d.proc = subprocess.Popen(d.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
+    for d in daemons:
+        def ready(d=d):
+            assert d.proc.poll() is None, d.log_tail()
+            try:
+                return json.loads(d.port_file.read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+        d.ports = {k: int(v) for k, v in wait_until(ready, timeout=60, what="the daemons to listen").items()}
+    epochs = set()
+    for d in daemons:
+        assert d.running, d.log_tail()
+        with LineClient(d.tcp_port) as c:
+            epochs.add(c.hello["epoch"])
+    assert len(epochs) == 1, epochs
+    assert postgres.psql("SELECT version FROM todostream_schema", database[0]) == "1"
+    assert postgres.psql("SELECT count(*) FROM stream_state", database[0]) == "1"
+
+
+def test_tls_to_the_database_and_no_password_in_logs(daemon_factory, postgres):
+    name = postgres.create_database()
+    secret = "pw-s3cret-never-logged"
+    ca_cert = postgres.ca[0]
+    url = (f"postgres://postgres:{secret}@localhost:{postgres.port}/{name}"
+           f"?sslmode=verify-full&sslrootcert={ca_cert}")
+    d = daemon_factory("--storage", "postgres", "--postgres-url", url, "--log-level", "debug")
+    with LineClient(d.tcp_port) as c:
+        create_todo(c, "over TLS")
+    ssl_rows = postgres.psql(
+        f"SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.datname = '{name}' AND s.ssl",
+    )
+    assert int(ssl_rows) >= 1, "the daemon's connections use TLS"
+    plain_rows = postgres.psql(
+        f"SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.datname = '{name}' AND NOT s.ssl",
+    )
+    assert int(plain_rows) == 0
+    d.stop()
+    # (The harness writes each command line into the log; the daemon's own lines must not
+    # hold the password.)
+    daemon_lines = [line for line in d.log_text().splitlines() if not line.startswith("==== ")]
+    assert not any(secret in line for line in daemon_lines)
+    # A wrong CA is refused at start, with a message that names the database, not the password.
+    other = make_ca(Path(tempfile.mkdtemp()), name="other")
+    bad = daemon_factory("--storage", "postgres", "--postgres-url",
+                         url.replace(str(ca_cert), str(other[0])), start=False)
+    env_timeout = "TODOSTREAM_POSTGRES_STARTUP_TIMEOUT_MS"
+    os.environ[env_timeout] = "1000"
+    try:
+        with pytest.raises(AssertionError) as failed:
+            bad.start()
+    finally:
+        del os.environ[env_timeout]
+    bad.proc = None  # exited 1 on purpose
+    daemon_lines = [line for line in bad.log_text().splitlines() if not line.startswith("==== ")]
+    assert "cannot reach PostgreSQL" in str(failed.value), str(failed.value)
+    assert not any(secret in line for line in daemon_lines), daemon_lines
+
+
+def test_postgres_config_errors_name_the_key(tmp_path):
+    binary = daemon_binary()
+    def check(*args, env=None):
+        r = subprocess.run([binary, "serve", "--data-dir", str(tmp_path), *args], capture_output=True, text=True,
+                           timeout=30, env={**os.environ, **(env or {})})
+        assert r.returncode != 0
+        return r.stderr
+    assert "postgres_url" in check("--storage", "postgres", "--listen", "127.0.0.1:0", "--http-listen", "off")
+    err = check("--storage", "postgres", "--postgres-url", "postgres://u:hunter22@h/db?sslmode=sometimes",
+                "--listen", "127.0.0.1:0", "--http-listen", "off")
+    assert "postgres_url" in err and "sslmode" in err and "hunter22" not in err, err
+    err = check("--storage", "postgres", "--listen", "127.0.0.1:0", "--http-listen", "off",
+                env={"TODOSTREAM_POSTGRES_URL": "mysql://x@y/z"})
+    assert "postgres_url" in err, err
+    config = tmp_path / "c.yaml"
+    config.write_text("storage: postgres\npostgres_url: postgres://a@b/c\npostgres:\n  pool_size: 0\n")
+    err = check("--config", str(config))
+    assert "postgres.pool_size" in err, err
+
+
+def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daemon_factory, database, postgres):
+    """Another writer commits to the journal and moves the head without NOTIFY (a notification
+    lost): the periodic catch-up still delivers it, in order, to clients on both daemons."""
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="c@B") as cb:
+        cb.ping()
+        _, made = create_todo(ca, "seen by all")
+        cb.expect_seq(made["seq"])
+        silent = dict(made["payload"], title="written without a notification")
+        body = json.dumps(silent, separators=(",", ":")).replace("'", "''")
+        postgres.psql(
+            "BEGIN; UPDATE stream_state SET head = head + 1; "
+            "INSERT INTO journal (seq, type, payload, recorded_at) SELECT head, 'ResponseTodoViewModel', "
+            f"convert_to('{body}', 'UTF8'), 0 FROM stream_state; COMMIT;",
+            database[0],
+        )
+        for c in (ca, cb):
+            got = c.expect_seq(made["seq"] + 1, timeout=15)
+            assert got["payload"] == silent, got
+        # And the next ordinary write follows it, with nothing skipped.
+        answer = toggle(cb, made["payload"]["todo"])
+        assert answer["seq"] == made["seq"] + 2
+        assert ca.expect_seq(answer["seq"]) == strip_re(answer)
+
+
+def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daemon_factory, database, postgres):
+    """A COMMIT that outlasts the daemon's timeout (a deferred trigger sleeps in it) is
+    abandoned, and then found committed: the write is answered as saved. A COMMIT the server
+    refuses (a deferred trigger raises) is answered `unavailable` and uses no seq."""
+    os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"] = "1000"
+    try:
+        a = daemon_factory(*database[1])
+    finally:
+        del os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"]
+    b = daemon_factory(*database[1])
+    postgres.psql(
+        """
+        CREATE FUNCTION test_commit_hook() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF convert_from(NEW.payload, 'UTF8') LIKE '%slow-commit%' THEN PERFORM pg_sleep(2.5); END IF;
+          IF convert_from(NEW.payload, 'UTF8') LIKE '%refused-commit%' THEN
+            RAISE EXCEPTION 'refused at commit' USING ERRCODE = '23514';
+          END IF;
+          RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER test_commit_hook AFTER INSERT ON journal
+          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_commit_hook();
+        """,
+        database[0],
+    )
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="obs@B") as ob:
+        ob.ping()
+        detail = ca.request({"type": "RequestNewTodoDetailViewModel"})["payload"]
+        rid = next_id("slow")
+        ca.send({"type": "RequestUpdateDetailViewModel", "id": rid, "payload": {**detail, "title": "slow-commit"}})
+        reply = ca.expect(lambda f: f.get("re") == rid and f.get("type") == "ResponseUpdateDetailViewModel", timeout=30)
+        assert "error" not in reply, reply
+        slow = ca.expect(lambda f: f.get("re") == rid and "seq" in f, timeout=30)
+        assert ob.expect_seq(slow["seq"]) == strip_re(slow)
+        assert "COMMIT got no answer" in a.log_text() and "the unanswered COMMIT had happened" in a.log_text()
+
+        reply, bcast = create_todo_tolerant(ca, "refused-commit")
+        assert bcast is None and reply["error"]["code"] == "unavailable", reply
+        _, after = create_todo(ca, "after the refusal")
+        assert after["seq"] == slow["seq"] + 1, "the refused commit used no seq"
+        assert ob.expect_seq(after["seq"]) == strip_re(after)
+        titles = [t["title"] for t in list_todos(ob)]
+        assert "refused-commit" not in titles and "slow-commit" in titles, titles
+
+
+def test_a_daemon_on_the_unix_socket_and_one_on_tcp_share_the_stream(daemon_factory, postgres):
+    name = postgres.create_database()
+    a = daemon_factory("--storage", "postgres", "--postgres-url", f"postgres://postgres@/{name}?host={postgres.root}&port={postgres.port}")
+    b = daemon_factory("--storage", "postgres", "--postgres-url", postgres.url(name, sslmode="prefer"))
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="c@B") as cb:
+        cb.ping()
+        _, made = create_todo(ca, "over the unix socket")
+        assert cb.expect_seq(made["seq"]) == strip_re(made)
