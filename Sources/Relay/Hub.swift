@@ -10,15 +10,29 @@ struct BroadcastFrame: Sendable {
     let plain: ByteBuffer
     let origin: SessionID?
     let originCopy: ByteBuffer
+
+    /// The same frame in buffers of its own.
+    func withOwnBytes() -> BroadcastFrame {
+        let plain = ByteBuffer(bytes: self.plain.readableBytesView)
+        let sameCopy = self.originCopy.readableBytes == self.plain.readableBytes
+        return BroadcastFrame(
+            seq: seq,
+            typeIndex: typeIndex,
+            plain: plain,
+            origin: origin,
+            originCopy: sameCopy ? plain : ByteBuffer(bytes: self.originCopy.readableBytesView)
+        )
+    }
 }
 
 /// Routes the bus's output to sessions: broadcasts in exact seq order to every subscriber,
 /// replies to their requester, and copies of everything to monitors.
 ///
 /// Sessions live in one shard per event loop, touched only on that loop, so the fan-out takes
-/// no lock per subscriber: a broadcast is encoded once, put in order under one lock, and handed
-/// to each loop as a single task that writes the same bytes to all of that loop's subscribers
-/// and flushes each once.
+/// no lock per subscriber: a broadcast is encoded once, put in order under one lock, and
+/// appended to each loop's inbox. A loop empties its inbox in one task, writing the same bytes
+/// to all of that loop's subscribers and flushing each subscriber once for everything that
+/// arrived meanwhile (a group commit's broadcasts go out in one `writev` per subscriber).
 public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public typealias Event = Codec.Event
 
@@ -168,9 +182,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         orderer.withLockedValue { orderer in
             let released = orderer.accept(seq: frame.seq, frame)
             guard !released.isEmpty else { return }
-            // Submitted under the lock so every loop receives broadcasts in seq order.
-            for shard in orderedShards {
-                shard.loop.execute { shard.fanOut(released) }
+            // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
+            // gets bytes of its own: sharing one buffer would have every core bump the same
+            // reference count once per subscriber.
+            for (index, shard) in orderedShards.enumerated() {
+                shard.post(index == 0 ? released : released.map { $0.withOwnBytes() })
             }
         }
     }
@@ -215,6 +231,10 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 /// on `loop`, which is why it may be shared across threads.
 final class Shard<Codec: EventCodec>: @unchecked Sendable {
     let loop: any EventLoop
+    /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
+    /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
+    /// the loop empties it on its next turn, and what is in it was committed already.
+    private let inbox = NIOLockedValueBox<(frames: [BroadcastFrame], scheduled: Bool)>(([], false))
     var sessions: [SessionID: SessionHandler<Codec>] = [:]
     private var byType: [[SessionID: SessionHandler<Codec>]]
     private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
@@ -253,6 +273,27 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             byType[index][session.id] = nil
             monitorsByType[index][session.id] = nil
         }
+    }
+
+    /// Appends broadcasts to the inbox (from any thread; callers keep seq order).
+    func post(_ frames: [BroadcastFrame]) {
+        let schedule = inbox.withLockedValue { inbox -> Bool in
+            inbox.frames.append(contentsOf: frames)
+            if inbox.scheduled { return false }
+            inbox.scheduled = true
+            return true
+        }
+        if schedule { loop.execute { self.fanOutInbox() } }
+    }
+
+    private func fanOutInbox() {
+        let frames = inbox.withLockedValue { inbox -> [BroadcastFrame] in
+            inbox.scheduled = false
+            let frames = inbox.frames
+            inbox.frames = []
+            return frames
+        }
+        fanOut(frames)
     }
 
     func fanOut(_ frames: [BroadcastFrame]) {
