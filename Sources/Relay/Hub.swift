@@ -297,6 +297,40 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     }
 
     func fanOut(_ frames: [BroadcastFrame]) {
+        guard let first = frames.first, let last = frames.last else { return }
+        guard frames.allSatisfy({ $0.typeIndex == first.typeIndex }) else { return fanOutOneByOne(frames) }
+        // The usual case: one broadcast, or a run of broadcasts of one type (a group commit's).
+        // Every subscriber that caused none of them gets the same bytes, so a run is joined
+        // into one buffer, written to each of them once and flushed at once.
+        var run: ByteBuffer
+        var origins = Set<SessionID>()
+        if frames.count == 1 {
+            run = first.plain
+        } else {
+            run = ByteBuffer()
+            run.reserveCapacity(frames.reduce(0) { $0 + $1.plain.readableBytes })
+            for frame in frames { run.writeImmutableBuffer(frame.plain) }
+        }
+        for frame in frames { if let origin = frame.origin { origins.insert(origin) } }
+        lastSeq = last.seq
+        let subscribers = byType[first.typeIndex]
+        for (id, session) in subscribers where !origins.contains(id) {
+            if session.enqueueBroadcastRun(run, frames: frames) { session.flushBroadcasts() }
+        }
+        // A session that caused some of them gets its own copies (with `re`) in their place.
+        for origin in origins {
+            guard let session = sessions[origin] else { continue }
+            let subscribed = subscribers[origin] != nil
+            var written = false
+            for frame in frames where subscribed || frame.origin == origin {
+                let bytes = frame.origin == origin ? frame.originCopy : frame.plain
+                if session.enqueueBroadcast(bytes, seq: frame.seq) { written = true }
+            }
+            if written { session.flushBroadcasts() }
+        }
+    }
+
+    private func fanOutOneByOne(_ frames: [BroadcastFrame]) {
         var touched: [SessionHandler<Codec>] = []
         for frame in frames {
             lastSeq = frame.seq

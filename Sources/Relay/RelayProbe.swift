@@ -53,7 +53,7 @@ public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
             let session = SessionHandler(
                 services: services,
                 loop: loop,
-                transport: "probe",
+                transport: "tcp",
                 remoteIP: "127.0.0.1",
                 startMode: .onActive
             )

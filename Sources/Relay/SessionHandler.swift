@@ -32,6 +32,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     let uuid = UUID().uuidString.lowercased()
     let loop: any EventLoop
     let transport: String
+    /// Whether several frames may go out in one buffer: on TCP and TLS, where frames are lines.
+    /// (On WebSocket every buffer written becomes one message, so frames go one by one.)
+    private let joinsFrames: Bool
     private let services: RelayServices<Codec>
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
@@ -87,6 +90,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.id = services.hub.makeSessionID()
         self.loop = loop
         self.transport = transport
+        self.joinsFrames = transport == "tcp" || transport == "tls"
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
@@ -622,6 +626,24 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         return true
     }
 
+    /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
+    /// by one, for when live output is held); returns true like `enqueueBroadcast`.
+    func enqueueBroadcastRun(_ run: ByteBuffer, frames: [BroadcastFrame]) -> Bool {
+        guard !closing else { return false }
+        if heldLive != nil {
+            for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
+            return false
+        }
+        if joinsFrames {
+            write(run, frames: frames.count)
+        } else {
+            for frame in frames { write(frame.plain) }
+        }
+        if fanOutPending { return false }
+        fanOutPending = true
+        return true
+    }
+
     func flushBroadcasts() {
         fanOutPending = false
         flush()
@@ -654,11 +676,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         write(OutboundFrame.error(code, message, correlation: re))
     }
 
-    private func write(_ buffer: ByteBuffer) {
+    private func write(_ buffer: ByteBuffer, frames: Int = 1) {
         guard let context, !closing else { return }
         context.write(wrapOutboundOut(buffer), promise: nil)
         needsFlush = true
-        framesSinceEmpty += 1
+        framesSinceEmpty += frames
     }
 
     private func flush() {
