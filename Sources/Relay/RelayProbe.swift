@@ -23,16 +23,17 @@ public enum RelayProbe {
     }
 }
 
-/// A hub with `subscribers` sessions on one embedded event loop, each with an in-memory
-/// channel: `broadcast` runs the whole fan-out (encode once, order, enqueue to every
-/// subscriber, flush) and `drain` takes what the sessions wrote.
+/// A hub with `subscribers` sessions on one embedded event loop, each on an in-memory channel
+/// whose writes are counted and dropped (where a socket would take them): `broadcast` runs
+/// the whole fan-out (encode once, order, enqueue to every subscriber, flush).
 ///
 /// Invariant for `@unchecked Sendable`: used from one thread at a time (a benchmark's body);
-/// the embedded loop runs only inside `broadcast` and `drain`.
+/// the embedded loop runs only inside `init` and `broadcast`.
 public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
     private let loop = EmbeddedEventLoop()
     private let hub: Hub<Codec>
     private var channels: [EmbeddedChannel] = []
+    private let sink = WriteCounter()
     private var seq: UInt64 = 0
 
     public init(codec: Codec, subscribers: Int) throws {
@@ -57,12 +58,11 @@ public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
                 remoteIP: "127.0.0.1",
                 startMode: .onActive
             )
-            try channel.pipeline.syncOperations.addHandler(session)
+            try channel.pipeline.syncOperations.addHandlers([sink, session])
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
             channels.append(channel)
         }
         loop.run()
-        _ = drain()
     }
 
     /// Broadcasts `event` (the next seq) to every subscriber and runs the loop until it is
@@ -73,20 +73,27 @@ public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
         loop.run()
     }
 
-    /// Takes everything the sessions wrote; returns the byte count.
-    @discardableResult
-    public func drain() -> Int {
-        var bytes = 0
-        for channel in channels {
-            while let buffer = try? channel.readOutbound(as: ByteBuffer.self) { bytes += buffer.readableBytes }
-        }
-        return bytes
-    }
+    /// Bytes written by all sessions so far.
+    public var bytesWritten: Int { sink.bytes }
 
     public func close() {
         for channel in channels { _ = try? channel.finish() }
         channels = []
     }
+}
+
+/// Counts and drops what the sessions write. Shared by all the probe's channels, which run on
+/// one embedded loop (hence `@unchecked Sendable`).
+private final class WriteCounter: ChannelOutboundHandler, @unchecked Sendable {
+    typealias OutboundIn = ByteBuffer
+    var bytes = 0
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        bytes += unwrapOutboundIn(data).readableBytes
+        promise?.succeed(())
+    }
+
+    func flush(context: ChannelHandlerContext) {}
 }
 
 private struct EmptyJournal: JournalReader {

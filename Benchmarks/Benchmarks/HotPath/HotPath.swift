@@ -66,16 +66,11 @@ let benchmarks: @Sendable () -> Void = {
                 metrics: defaultMetrics,
                 scalingFactor: .one,
                 maxDuration: .seconds(2),
-                maxIterations: subscribers >= 1_000 ? 2_000 : 20_000,
-                setup: {},
-                teardown: {}
+                maxIterations: subscribers >= 1_000 ? 2_000 : 20_000
             )
         ) { benchmark, probe in
             for _ in benchmark.scaledIterations {
                 probe.broadcast(broadcastEvent)
-                benchmark.stopMeasurement()
-                probe.drain()
-                benchmark.startMeasurement()
             }
         } setup: {
             try FanOutProbe(codec: codec, subscribers: subscribers)
@@ -104,7 +99,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark(
         "Store commit (in-memory, 1 write)",
         configuration: .init(metrics: defaultMetrics, scalingFactor: .one, maxDuration: .seconds(2))
-    ) { benchmark, store in
+    ) { (benchmark: Benchmark, store: GroupCommitStore) in
         for _ in benchmark.scaledIterations {
             blackHole(await store.write(TodoWrite(id: todoID, expectedVersion: nil, change: .toggleComplete)))
         }
