@@ -11,6 +11,11 @@ let package = Package(
     products: [
         .executable(name: "todostreamd", targets: ["todostreamd"]),
         .executable(name: "todostream-load", targets: ["todostream-load"]),
+        // For the microbenchmarks in Benchmarks/ (a package of their own).
+        .library(name: "EventStream", targets: ["EventStream"]),
+        .library(name: "TodoApp", targets: ["TodoApp"]),
+        .library(name: "TodoStore", targets: ["TodoStore"]),
+        .library(name: "Relay", targets: ["Relay"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -61,6 +66,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -18,7 +18,13 @@ public struct EventBus<Event: StreamEvent>: Sendable {
     }
 
     /// Publishes an event and returns once every event it caused has left the bus.
+    /// Within a pipelining session (see `RequestTicket`), a request's replies and broadcasts
+    /// leave only after those of the session's previous request.
     public func publish(_ event: Event, origin: Origin, scope: Scope = .internal) async {
+        if case .internal = scope {
+        } else if let ticket = RequestTicket.current {
+            await ticket.awaitPredecessor()
+        }
         sink.deliver(event, scope: scope, origin: origin)
         guard let servers = serversByType[event.name] else { return }
         for server in servers {

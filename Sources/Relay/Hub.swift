@@ -12,6 +12,20 @@ struct BroadcastFrame: Sendable {
     let originCopy: ByteBuffer
     /// When the broadcast reached the hub, for the fan-out latency histogram.
     var receivedAt = NIODeadline.now()
+
+    /// The same frame in buffers of its own.
+    func withOwnBytes() -> BroadcastFrame {
+        let plain = ByteBuffer(bytes: self.plain.readableBytesView)
+        let sameCopy = self.originCopy.readableBytes == self.plain.readableBytes
+        return BroadcastFrame(
+            seq: seq,
+            typeIndex: typeIndex,
+            plain: plain,
+            origin: origin,
+            originCopy: sameCopy ? plain : ByteBuffer(bytes: self.originCopy.readableBytesView),
+            receivedAt: receivedAt
+        )
+    }
 }
 
 /// What `/metrics` reads from the shards: counted on each loop without locks, summed here.
@@ -34,9 +48,10 @@ public struct FanOutMetrics: Sendable {
 /// replies to their requester, and copies of everything to monitors.
 ///
 /// Sessions live in one shard per event loop, touched only on that loop, so the fan-out takes
-/// no lock per subscriber: a broadcast is encoded once, put in order under one lock, and handed
-/// to each loop as a single task that writes the same bytes to all of that loop's subscribers
-/// and flushes each once.
+/// no lock per subscriber: a broadcast is encoded once, put in order under one lock, and
+/// appended to each loop's inbox. A loop empties its inbox in one task, writing the same bytes
+/// to all of that loop's subscribers and flushing each subscriber once for everything that
+/// arrived meanwhile (a group commit's broadcasts go out in one `writev` per subscriber).
 public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public typealias Event = Codec.Event
 
@@ -171,12 +186,9 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             let body = codec.encodeBody(event)
             let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
             if let entry = directory.withLockedValue({ $0[origin.session] }) {
-                let shard = self.shard(for: entry.loop)
-                entry.loop.execute {
-                    guard let shard, let session = shard.sessions[origin.session] else { return }
-                    shard.framesOut[typeIndex] += 1
-                    session.deliverReply(frame)
-                }
+                // Through the loop's inbox, behind the broadcasts posted before it: a session's
+                // answers leave in the order its requests caused them.
+                self.shard(for: entry.loop)?.post(reply: frame, typeIndex: typeIndex, to: origin.session)
             }
             copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
         case .internal:
@@ -214,9 +226,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 replaces: { held in frame.origin != nil || held.origin == nil }
             )
             guard !released.isEmpty else { return }
-            // Submitted under the lock so every loop receives broadcasts in seq order.
-            for shard in orderedShards {
-                shard.loop.execute { shard.fanOut(released) }
+            // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
+            // gets bytes of its own: sharing one buffer would have every core bump the same
+            // reference count once per subscriber.
+            for (index, shard) in orderedShards.enumerated() {
+                shard.post(index == 0 ? released : released.map { $0.withOwnBytes() })
             }
         }
     }
@@ -283,6 +297,15 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 /// on `loop`, which is why it may be shared across threads.
 final class Shard<Codec: EventCodec>: @unchecked Sendable {
     let loop: any EventLoop
+    /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
+    /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
+    /// the loop empties it on its next turn, and what is in it was committed already.
+    private let inbox = NIOLockedValueBox<(items: [InboxItem], scheduled: Bool)>(([], false))
+
+    enum InboxItem {
+        case broadcast(BroadcastFrame)
+        case reply(ByteBuffer, typeIndex: Int, session: SessionID)
+    }
     var sessions: [SessionID: SessionHandler<Codec>] = [:]
     private var byType: [[SessionID: SessionHandler<Codec>]]
     private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
@@ -327,7 +350,99 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         }
     }
 
+    /// Appends broadcasts to the inbox (from any thread; callers keep seq order).
+    func post(_ frames: [BroadcastFrame]) {
+        post(frames.map(InboxItem.broadcast))
+    }
+
+    /// Appends a reply to the inbox, after everything posted before it.
+    func post(reply frame: ByteBuffer, typeIndex: Int, to session: SessionID) {
+        post([.reply(frame, typeIndex: typeIndex, session: session)])
+    }
+
+    private func post(_ items: [InboxItem]) {
+        let schedule = inbox.withLockedValue { inbox -> Bool in
+            inbox.items.append(contentsOf: items)
+            if inbox.scheduled { return false }
+            inbox.scheduled = true
+            return true
+        }
+        if schedule { loop.execute { self.fanOutInbox() } }
+    }
+
+    /// Empties the inbox in order: each run of broadcasts between replies is fanned out at once.
+    private func fanOutInbox() {
+        let items = inbox.withLockedValue { inbox -> [InboxItem] in
+            inbox.scheduled = false
+            defer { inbox.items = [] }
+            return inbox.items
+        }
+        var run: [BroadcastFrame] = []
+        for item in items {
+            switch item {
+            case .broadcast(let frame):
+                run.append(frame)
+            case .reply(let frame, let typeIndex, let id):
+                if !run.isEmpty {
+                    fanOut(run)
+                    run = []
+                }
+                guard let session = sessions[id] else { continue }
+                framesOut[typeIndex] += 1
+                session.deliverReply(frame)
+            }
+        }
+        if !run.isEmpty { fanOut(run) }
+    }
+
     func fanOut(_ frames: [BroadcastFrame]) {
+        guard let first = frames.first, let last = frames.last else { return }
+        guard frames.allSatisfy({ $0.typeIndex == first.typeIndex }) else { return fanOutOneByOne(frames) }
+        // The usual case: one broadcast, or a run of broadcasts of one type (a group commit's).
+        // Every subscriber that caused none of them gets the same bytes, so a run is joined
+        // into one buffer, written to each of them once and flushed at once.
+        var run: ByteBuffer
+        var origins = Set<SessionID>()
+        if frames.count == 1 {
+            run = first.plain
+        } else {
+            run = ByteBuffer()
+            run.reserveCapacity(frames.reduce(0) { $0 + $1.plain.readableBytes })
+            for frame in frames { run.writeImmutableBuffer(frame.plain) }
+        }
+        for frame in frames { if let origin = frame.origin { origins.insert(origin) } }
+        lastSeq = last.seq
+        let subscribers = byType[first.typeIndex]
+        var written = 0
+        for (id, session) in subscribers where !origins.contains(id) {
+            written += frames.count
+            if session.enqueueBroadcastRun(run, frames: frames) { session.flushBroadcasts() }
+        }
+        // A session that caused some of them gets its own copies (with `re`) in their place.
+        for origin in origins {
+            guard let session = sessions[origin] else { continue }
+            let subscribed = subscribers[origin] != nil
+            var queued = false
+            for frame in frames where subscribed || frame.origin == origin {
+                let bytes = frame.origin == origin ? frame.originCopy : frame.plain
+                written += 1
+                if session.enqueueBroadcast(bytes, seq: frame.seq) { queued = true }
+            }
+            if queued { session.flushBroadcasts() }
+        }
+        framesOut[first.typeIndex] += written
+        recordLatency(frames)
+    }
+
+    /// One fan-out latency observation per broadcast, once this loop has written it.
+    private func recordLatency(_ frames: [BroadcastFrame]) {
+        let now = NIODeadline.now()
+        for frame in frames {
+            fanOutLatency.record(nanoseconds: UInt64(max(0, (now - frame.receivedAt).nanoseconds)))
+        }
+    }
+
+    private func fanOutOneByOne(_ frames: [BroadcastFrame]) {
         var touched: [SessionHandler<Codec>] = []
         for frame in frames {
             lastSeq = frame.seq
@@ -344,10 +459,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             framesOut[frame.typeIndex] += written
         }
         for session in touched { session.flushBroadcasts() }
-        let now = NIODeadline.now()
-        for frame in frames {
-            fanOutLatency.record(nanoseconds: UInt64(max(0, (now - frame.receivedAt).nanoseconds)))
-        }
+        recordLatency(frames)
     }
 
     func copyToMonitors(_ frame: ByteBuffer, typeIndex: Int, except origin: SessionID) {

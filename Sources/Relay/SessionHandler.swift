@@ -6,10 +6,14 @@ import NIOSSL
 import NIOTLS
 
 /// One client connection, on any transport: parses its frames, keeps its subscriptions and
-/// role, runs its requests one at a time (in order), and owns its bounded outbound queue.
+/// role, runs its requests in order, and owns its bounded outbound queue.
 ///
 /// Everything here runs on the connection's event loop. Requests go to the bus in a task; the
 /// session reads ahead at most `maxPipelinedFrames` frames meanwhile, then stops reading.
+/// Consecutive requests overlap (at most `maxPipelinedFrames` in flight), so that one client's
+/// writes share group commits; their effects and answers stay in request order (see
+/// `RequestTicket`). Anything else (a control op, a frame answered with an error) waits until
+/// every request in flight has finished.
 final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     typealias InboundIn = FrameEvent
     typealias OutboundIn = ByteBuffer
@@ -28,6 +32,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     let uuid = UUID().uuidString.lowercased()
     let loop: any EventLoop
     let transport: String
+    /// Whether several frames may go out in one buffer: on TCP and TLS, where frames are lines.
+    /// (On WebSocket every buffer written becomes one message, so frames go one by one.)
+    private let joinsFrames: Bool
     private let services: RelayServices<Codec>
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
@@ -45,7 +52,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var patterns: [TypePattern] = ["Response*"].compactMap(TypePattern.init)
     private var types = TypeSet()
     private var inbound = CircularBuffer<FrameEvent>()
+    /// A resume is running: nothing else is handled until it ends.
     private var busy = false
+    /// Requests on the bus, and the newest one's task and admission (the next one's
+    /// predecessor; see `RequestTicket`).
+    private var requestsInFlight = 0
+    private var newestRequest: (number: UInt64, task: Task<Void, Never>, admission: RequestGate)?
+    private var requestNumber: UInt64 = 0
     private var readHeld = false
     private var bucket: TokenBucket
     private var closing = false
@@ -77,6 +90,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.id = services.hub.makeSessionID()
         self.loop = loop
         self.transport = transport
+        self.joinsFrames = transport == "tcp" || transport == "tls"
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
@@ -208,11 +222,20 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Handles queued frames until one needs the bus (or a resume) to finish.
     private func drain() {
-        while !busy, !closing, let next = inbound.popFirst() {
-            handle(next)
+        while !busy, !closing, let next = inbound.first {
+            if requestsInFlight == 0 {
+                inbound.removeFirst()
+                handle(next)
+            } else if requestsInFlight < configuration.maxPipelinedFrames, let request = pipelinable(next) {
+                inbound.removeFirst()
+                services.hub.metrics.frameIn()
+                startRequest(request)
+            } else {
+                break
+            }
         }
         flush()
-        if inputClosed, !busy, inbound.isEmpty, !closing, let context {
+        if inputClosed, !busy, requestsInFlight == 0, inbound.isEmpty, !closing, let context {
             closing = true
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(ByteBuffer())).whenComplete { _ in channel.close(promise: nil) }
@@ -318,21 +341,58 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.invalidPayload, error.message, re)
             return
         }
-        services.hub.metrics.request(type: name)
-        busy = true
+        startRequest(PreparedRequest(name: name, event: event, re: re))
+    }
+
+    struct PreparedRequest {
+        let name: String
+        let event: Codec.Event
+        let re: CorrelationID?
+    }
+
+    /// The request `event` stands for when it may join the requests in flight: a frame that
+    /// `handle` would publish without answering anything itself. Takes a rate-limit token.
+    private func pipelinable(_ event: FrameEvent) -> PreparedRequest? {
+        guard case .frame(let buffer) = event, authenticated, role == .view else { return nil }
+        let bytes = Array(buffer.readableBytesView)
+        guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes), case .absent = frame.op,
+            case .value(let name) = frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
+        else { return nil }
+        if case .invalid = frame.id { return nil }
+        guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes) else { return nil }
+        let limits = configuration
+        guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else { return nil }
+        return PreparedRequest(name: name, event: decoded, re: frame.id.value)
+    }
+
+    private func startRequest(_ request: PreparedRequest) {
+        services.hub.metrics.request(type: request.name)
         flush()
-        let origin = Origin(session: id, correlation: re)
+        requestsInFlight += 1
+        requestNumber += 1
+        let number = requestNumber
+        let event = request.event
+        let origin = Origin(session: id, correlation: request.re)
         let publish = services.publish
         let bound = NIOLoopBound(self, eventLoop: loop)
         let loop = self.loop
-        Task {
-            await publish(event, origin)
-            loop.execute { bound.value.requestFinished() }
+        let admission = RequestGate()
+        let ticket = RequestTicket(
+            predecessor: newestRequest?.task,
+            predecessorAdmission: newestRequest?.admission,
+            admission: admission
+        )
+        let task = Task {
+            await RequestTicket.$current.withValue(ticket) { await publish(event, origin) }
+            admission.open()
+            loop.execute { bound.value.requestFinished(number) }
         }
+        newestRequest = (number, task, admission)
     }
 
-    private func requestFinished() {
-        busy = false
+    private func requestFinished(_ number: UInt64) {
+        requestsInFlight -= 1
+        if newestRequest?.number == number { newestRequest = nil }
         drain()
     }
 
@@ -569,6 +629,24 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         return true
     }
 
+    /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
+    /// by one, for when live output is held); returns true like `enqueueBroadcast`.
+    func enqueueBroadcastRun(_ run: ByteBuffer, frames: [BroadcastFrame]) -> Bool {
+        guard !closing else { return false }
+        if heldLive != nil {
+            for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
+            return false
+        }
+        if joinsFrames {
+            write(run, frames: frames.count)
+        } else {
+            for frame in frames { write(frame.plain) }
+        }
+        if fanOutPending { return false }
+        fanOutPending = true
+        return true
+    }
+
     func flushBroadcasts() {
         fanOutPending = false
         flush()
@@ -601,7 +679,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         write(OutboundFrame.error(code, message, correlation: re))
     }
 
-    private func write(_ buffer: ByteBuffer) {
+    private func write(_ buffer: ByteBuffer, frames: Int = 1) {
         guard let context, !closing else { return }
         if role == .monitor, let redactor = PayloadRedactor(fields: configuration.monitorRedactedFields) {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
@@ -610,7 +688,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             context.write(wrapOutboundOut(buffer), promise: nil)
         }
         needsFlush = true
-        framesSinceEmpty += 1
+        framesSinceEmpty += frames
     }
 
     private func flush() {
@@ -678,5 +756,5 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// Whether the session has nothing left to do (for graceful shutdown).
-    var isIdle: Bool { !busy && inbound.isEmpty }
+    var isIdle: Bool { !busy && requestsInFlight == 0 && inbound.isEmpty }
 }

@@ -15,6 +15,8 @@ public struct ModelServer: EventServer {
     public func handle(_ event: Event) async -> [Emission<Event>] {
         switch event {
         case .requestReadTodos(let read):
+            // A pipelined read sees the writes its session sent before it (see `RequestTicket`).
+            await RequestTicket.current?.awaitPredecessor()
             let result: Result<[Todo], AppError>
             do {
                 result = .success(try await store.readTodos(id: read.id))
@@ -23,6 +25,8 @@ public struct ModelServer: EventServer {
             }
             return [Emission(.responseTodos(read, result), .internal)]
         case .requestWriteTodo(let write):
+            // Writes reach the store in the order their session sent them.
+            await RequestTicket.current?.awaitPredecessorAdmitted()
             return [Emission(.responseTodo(write, await store.write(write)), .internal)]
         default:
             return []

@@ -58,8 +58,11 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     }
 
     public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
-        await withCheckedContinuation { continuation in
+        let ticket = RequestTicket.current
+        return await withCheckedContinuation { continuation in
             pending.append((write, continuation))
+            // Queued in order: the session's next write may queue behind it (see `RequestTicket`).
+            ticket?.admitted()
             if !committing {
                 committing = true
                 Task { await self.commitLoop() }

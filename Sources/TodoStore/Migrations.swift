@@ -31,7 +31,33 @@ enum Migrations {
             "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
             "INSERT INTO meta (key, value) VALUES ('epoch', lower(hex(randomblob(16))))",
             "INSERT INTO meta (key, value) VALUES ('head', '0')",
-        ]
+        ],
+        // 2: commit_log, a view whose rows are committed changes: inserting a batch of rows
+        // upserts each todo, appends its journal entry and moves the head, all in the one
+        // statement, which SQLite runs as its own transaction (one round trip per group commit).
+        [
+            """
+            CREATE VIEW commit_log AS SELECT
+              NULL AS id, NULL AS seq_no, NULL AS created_at, NULL AS title, NULL AS subtitle,
+              NULL AS priority, NULL AS completed_at, NULL AS deleted, NULL AS version,
+              NULL AS seq, NULL AS type, NULL AS payload, NULL AS recorded_at
+            WHERE 0
+            """,
+            """
+            CREATE TRIGGER commit_log_insert INSTEAD OF INSERT ON commit_log
+            BEGIN
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+              VALUES (NEW.id, NEW.seq_no, NEW.created_at, NEW.title, NEW.subtitle, NEW.priority, NEW.completed_at,
+                NEW.deleted, NEW.version)
+              ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority, completed_at = excluded.completed_at,
+                deleted = excluded.deleted, version = excluded.version;
+              INSERT INTO journal (seq, type, payload, recorded_at)
+              VALUES (NEW.seq, NEW.type, NEW.payload, NEW.recorded_at);
+              UPDATE meta SET value = CAST(NEW.seq AS TEXT) WHERE key = 'head';
+            END
+            """,
+        ],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

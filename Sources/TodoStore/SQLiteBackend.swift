@@ -92,48 +92,37 @@ final class SQLiteBackend: StorageBackend {
     func commit(_ batch: [CommitRecord], prune: Bool) async throws {
         guard let last = batch.last else { return }
         let recordedAt = SQLiteData.integer(SQLiteInt64(Timestamp.now().millisecondsSince1970))
-        try await writer.exec("BEGIN IMMEDIATE")
+        var binds: [SQLiteData] = []
+        binds.reserveCapacity(batch.count * 13)
+        for record in batch {
+            let todo = record.todo
+            binds += [
+                .text(todo.id.uuidString.lowercased()), .integer(SQLiteInt64(record.rowID)),
+                .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title),
+                .text(todo.subtitle),
+                .text(todo.priority.rawValue),
+                todo.completedAt.map { .integer(SQLiteInt64($0.millisecondsSince1970)) } ?? .null,
+                .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
+                .integer(SQLiteInt64(record.entry.seq)), .text(record.entry.type),
+                .blob(ByteBuffer(bytes: record.entry.payload)), recordedAt,
+            ]
+        }
+        // One statement (see `Migrations`, step 2) writes todos, journal and head atomically.
+        let values = Array(repeating: "(?,?,?,?,?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
+        let insert = """
+            INSERT INTO commit_log (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version,
+              seq, type, payload, recorded_at)
+            VALUES \(values)
+            """
         do {
-            var todoBinds: [SQLiteData] = []
-            todoBinds.reserveCapacity(batch.count * 9)
-            var journalBinds: [SQLiteData] = []
-            journalBinds.reserveCapacity(batch.count * 4)
-            for record in batch {
-                let todo = record.todo
-                todoBinds += [
-                    .text(todo.id.uuidString.lowercased()), .integer(SQLiteInt64(record.rowID)),
-                    .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title),
-                    .text(todo.subtitle),
-                    .text(todo.priority.rawValue),
-                    todo.completedAt.map { .integer(SQLiteInt64($0.millisecondsSince1970)) } ?? .null,
-                    .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
-                ]
-                journalBinds += [
-                    .integer(SQLiteInt64(record.entry.seq)), .text(record.entry.type),
-                    .blob(ByteBuffer(bytes: record.entry.payload)), recordedAt,
-                ]
+            guard prune else {
+                // Outside BEGIN … COMMIT the statement is its own transaction, durable on return.
+                try await writer.exec(insert, binds)
+                return
             }
-            let todoValues = Array(repeating: "(?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
-            try await writer.exec(
-                """
-                INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
-                VALUES \(todoValues)
-                ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
-                  subtitle = excluded.subtitle, priority = excluded.priority, completed_at = excluded.completed_at,
-                  deleted = excluded.deleted, version = excluded.version
-                """,
-                todoBinds
-            )
-            let journalValues = Array(repeating: "(?,?,?,?)", count: batch.count).joined(separator: ",")
-            try await writer.exec(
-                "INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues)",
-                journalBinds
-            )
-            try await writer.exec(
-                "INSERT INTO meta (key, value) VALUES ('head', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [.text(String(last.entry.seq))]
-            )
-            if prune {
+            try await writer.exec("BEGIN IMMEDIATE")
+            do {
+                try await writer.exec(insert, binds)
                 // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
                 let keepFrom = last.entry.seq > retention.maxEntries ? last.entry.seq - retention.maxEntries + 1 : 0
                 try await writer.exec("DELETE FROM journal WHERE seq < ?", [.integer(SQLiteInt64(keepFrom))])
@@ -141,10 +130,12 @@ final class SQLiteBackend: StorageBackend {
                     let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
                     try await writer.exec("DELETE FROM journal WHERE recorded_at < ?", [.integer(SQLiteInt64(cutoff))])
                 }
+                try await writer.exec("COMMIT")
+            } catch {
+                try? await writer.exec("ROLLBACK")
+                throw error
             }
-            try await writer.exec("COMMIT")
         } catch {
-            try? await writer.exec("ROLLBACK")
             logger.error("commit failed", metadata: ["error": "\(String(reflecting: error))"])
             throw error
         }

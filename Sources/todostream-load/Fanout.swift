@@ -29,6 +29,9 @@ struct Fanout: AsyncParsableCommand {
     @Option(help: "Unthrottled: messages published but not yet delivered to every subscriber.")
     var window = 256
 
+    @Option(help: "todostreamd: requests in flight at most (the daemon reads ahead 64 by default).")
+    var pipeline = 64
+
     @Option(
         help: "Seconds at most to wait for the last messages after publishing stops (or until 2 s pass without any)."
     )
@@ -41,6 +44,7 @@ struct Fanout: AsyncParsableCommand {
             throw ValidationError("--duration ≤ 600 s, --warmup ≤ 60 s and --drain ≤ 60 s.")
         }
         guard window >= 1 else { throw ValidationError("--window must be at least 1.") }
+        guard pipeline >= 1 else { throw ValidationError("--pipeline must be at least 1.") }
     }
 
     func run() async throws {
@@ -52,11 +56,15 @@ struct Fanout: AsyncParsableCommand {
             duration: duration,
             warmup: warmup,
             window: window,
-            drain: drain
+            drain: drain,
+            pipeline: pipeline
         ).execute()
         var report = common.report(scenario: "fanout")
         report.set("rate", rate > 0 ? .double(rate) : .string("max"))
-        if rate == 0 { report.set("window", window) }
+        if rate == 0 {
+            report.set("window", window)
+            if common.target == .todostreamd { report.set("pipeline", pipeline) }
+        }
         outcome.fill(&report)
         let mode = rate > 0 ? "\(grouped(rate)) pub/s" : "unthrottled"
         emit(

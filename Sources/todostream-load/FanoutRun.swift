@@ -13,6 +13,8 @@ struct FanoutRun {
     var warmup: Double
     var window: Int
     var drain: Double
+    /// todostreamd: requests sent but not yet answered (its `max_pipelined_frames` is 64).
+    var pipeline = 64
 
     struct Outcome {
         var fastSubscribers = 0
@@ -106,7 +108,7 @@ struct FanoutRun {
 
         let box = publisher.box
         run.waker.set { box.eventLoop.execute { box.value?.pump() } }
-        let pipeline = target == .todostreamd ? 32 : 0
+        let pipeline = target == .todostreamd ? self.pipeline : 0
         let window = self.window
         let rate = self.rate
         let limit = target == .todostreamd ? capacity - 1 : Int.max

@@ -50,6 +50,48 @@ import TodoStore
         }
     }
 
+    @Test func pipelinedRequestsAreAnsweredInTheOrderSent() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            let created = try await client.createTodo("Pipelined")
+            let id = try #require(todoID(created))
+            let missing = UUID().uuidString.lowercased()
+            // Toggles (writes), a toggle of an unknown todo (a failure reply), an empty title (a
+            // validation failure before the store), a read, then a ping: sent at once, answered
+            // in this order, with the broadcasts' seqs rising by one.
+            var lines: [String] = []
+            for number in 1...20 {
+                let target = number == 7 ? missing : id
+                lines.append(
+                    #"{"type":"RequestToggleCompleteTodoViewModel","id":\#(number),"payload":{"todo":{"id":"\#(target)"}}}"#
+                )
+            }
+            lines.append(
+                #"{"type":"RequestUpdateDetailViewModel","id":21,"payload":{"todo":{"id":"\#(id)"},"title":"  "}}"#
+            )
+            lines.append(#"{"type":"RequestTodoViewModels","id":22}"#)
+            lines.append(#"{"op":"ping","id":23}"#)
+            try await client.send(lines.joined(separator: "\n") + "\n")
+            var answered: [Int] = []
+            var seqs: [Int] = []
+            var listed: [String: Any]?
+            while answered.last != 23 {
+                let frame = try await client.json()
+                if let re = frame["re"] as? Int { answered.append(re) }
+                if let seq = frame["seq"] as? Int { seqs.append(seq) }
+                if frame["re"] as? Int == 7 { #expect(errorCode(frame) == "not_found") }
+                if frame["re"] as? Int == 21 { #expect(errorCode(frame) == "validation_failed") }
+                if frame["re"] as? Int == 22 { listed = frame }
+            }
+            #expect(answered == Array(1...23))
+            let first = try #require(seqs.first)
+            #expect(seqs == Array(first..<(first + 19)))
+            // The read saw all 19 toggles: an odd number of them leaves the todo complete.
+            let todos = try #require(listed?["payload"] as? [[String: Any]])
+            #expect(todos.first?["complete"] as? Bool == true)
+        }
+    }
+
     @Test func fiftyConcurrentClientsAllReceiveABroadcast() async throws {
         try await withDaemon { daemon in
             var clients: [TestConnection] = []
