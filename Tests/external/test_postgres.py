@@ -487,7 +487,11 @@ def test_daemons_migrating_at_once_share_one_schema_and_epoch(daemon_factory, da
         with LineClient(d.tcp_port) as c:
             epochs.add(c.hello["epoch"])
     assert len(epochs) == 1, epochs
-    assert postgres.psql("SELECT version FROM todostream_schema", database[0]) == "1"
+    # Migrated once, to the newest version: exactly one daemon logged each step.
+    steps = [line for d in daemons for line in d.log_path.read_text().splitlines() if "database migrated" in line]
+    newest = postgres.psql("SELECT version FROM todostream_schema", database[0])
+    assert int(newest) >= 1 and len(steps) == int(newest), steps
+    assert all(f"schema.version={i + 1}" in step for i, step in enumerate(steps)), steps
     assert postgres.psql("SELECT count(*) FROM stream_state", database[0]) == "1"
 
 
