@@ -40,7 +40,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public let epoch: String
     private let shards: [ObjectIdentifier: Shard<Codec>]
     private let orderedShards: [Shard<Codec>]
-    private let orderer: NIOLockedValueBox<SequenceOrderer<BroadcastFrame>>
+    private let order: NIOLockedValueBox<OrderState>
     private let directory = NIOLockedValueBox<[SessionID: SessionEntry]>([:])
     private let counters = NIOLockedValueBox(Counters())
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
@@ -71,11 +71,21 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         }
         self.shards = shards
         self.orderedShards = ordered
-        self.orderer = NIOLockedValueBox(SequenceOrderer(after: head))
+        self.order = NIOLockedValueBox(OrderState(orderer: SequenceOrderer(after: head), highestAccepted: head))
     }
 
     /// The newest seq handed to the fan-out.
-    public var seq: UInt64 { orderer.withLockedValue { $0.next - 1 } }
+    public var seq: UInt64 { order.withLockedValue { $0.orderer.next - 1 } }
+
+    /// Broadcasts put back in seq order, and the other deliveries (replies, monitors' copies)
+    /// that must not overtake the broadcasts before them.
+    struct OrderState {
+        var orderer: SequenceOrderer<BroadcastFrame>
+        /// The highest seq handed to `publishBroadcast` so far.
+        var highestAccepted: UInt64
+        /// Deliveries waiting until every seq up to `after` has been released.
+        var deferred: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+    }
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
 
@@ -166,9 +176,10 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         case .reply:
             let body = codec.encodeBody(event)
             let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
-            if let entry = directory.withLockedValue({ $0[origin.session] }) {
+            if let entry = directory.withLockedValue({ $0[origin.session] }),
                 let shard = self.shard(for: entry.loop)
-                entry.loop.execute { shard?.sessions[origin.session]?.deliverReply(frame) }
+            {
+                post(to: shard) { shard.sessions[origin.session]?.deliverReply(frame) }
             }
             copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
         case .internal:
@@ -179,9 +190,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
     func publishBroadcast(_ frame: BroadcastFrame) {
         metrics.broadcast()
-        orderer.withLockedValue { orderer in
-            let released = orderer.accept(seq: frame.seq, frame)
+        order.withLockedValue { state in
+            state.highestAccepted = max(state.highestAccepted, frame.seq)
+            let released = state.orderer.accept(seq: frame.seq, frame)
             guard !released.isEmpty else { return }
+            defer { releaseDeferred(&state) }
             // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
             // gets bytes of its own: sharing one buffer would have every core bump the same
             // reference count once per subscriber.
@@ -189,6 +202,29 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 shard.post(index == 0 ? released : released.map { $0.withOwnBytes() })
             }
         }
+    }
+
+    /// Runs `body` on `shard`'s loop after every broadcast handed over before it, including
+    /// those still held back for an earlier seq: a reply never overtakes the broadcasts of the
+    /// requests its session sent before.
+    private func post(to shard: Shard<Codec>, _ body: @escaping @Sendable () -> Void) {
+        order.withLockedValue { state in
+            if state.highestAccepted < state.orderer.next {
+                shard.post(body)
+            } else {
+                state.deferred.append((state.highestAccepted, shard, body))
+            }
+        }
+    }
+
+    /// Posts the deferred deliveries whose broadcasts have all been released (under the lock).
+    private func releaseDeferred(_ state: inout OrderState) {
+        guard let first = state.deferred.first, first.after < state.orderer.next else { return }
+        var kept: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+        for item in state.deferred {
+            if item.after < state.orderer.next { item.shard.post(item.run) } else { kept.append(item) }
+        }
+        state.deferred = kept
     }
 
     private func copyToMonitors(_ event: Event, typeIndex: Int, origin: Origin, body: EncodedBody?) {
@@ -202,7 +238,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             body: body ?? codec.encodeBody(event)
         )
         for shard in orderedShards {
-            shard.loop.execute { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
+            post(to: shard) { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
         }
     }
 
@@ -234,7 +270,13 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
     /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
     /// the loop empties it on its next turn, and what is in it was committed already.
-    private let inbox = NIOLockedValueBox<(frames: [BroadcastFrame], scheduled: Bool)>(([], false))
+    private let inbox = NIOLockedValueBox<(items: [InboxItem], scheduled: Bool)>(([], false))
+
+    enum InboxItem {
+        case broadcast(BroadcastFrame)
+        /// A reply or a monitor's copy, in its place among the broadcasts.
+        case run(@Sendable () -> Void)
+    }
     var sessions: [SessionID: SessionHandler<Codec>] = [:]
     private var byType: [[SessionID: SessionHandler<Codec>]]
     private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
@@ -277,23 +319,47 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
 
     /// Appends broadcasts to the inbox (from any thread; callers keep seq order).
     func post(_ frames: [BroadcastFrame]) {
+        append(frames.map { .broadcast($0) })
+    }
+
+    /// Appends a delivery to run on the loop in its place among the broadcasts.
+    func post(_ body: @escaping @Sendable () -> Void) {
+        append([.run(body)])
+    }
+
+    private func append(_ items: [InboxItem]) {
         let schedule = inbox.withLockedValue { inbox -> Bool in
-            inbox.frames.append(contentsOf: frames)
+            inbox.items.append(contentsOf: items)
             if inbox.scheduled { return false }
             inbox.scheduled = true
             return true
         }
-        if schedule { loop.execute { self.fanOutInbox() } }
+        if schedule { loop.execute { self.emptyInbox() } }
     }
 
-    private func fanOutInbox() {
-        let frames = inbox.withLockedValue { inbox -> [BroadcastFrame] in
+    /// Fans out each run of consecutive broadcasts together, and runs the other deliveries
+    /// between them in order.
+    private func emptyInbox() {
+        let items = inbox.withLockedValue { inbox -> [InboxItem] in
             inbox.scheduled = false
-            let frames = inbox.frames
-            inbox.frames = []
-            return frames
+            let items = inbox.items
+            inbox.items = []
+            return items
         }
-        fanOut(frames)
+        var run: [BroadcastFrame] = []
+        for item in items {
+            switch item {
+            case .broadcast(let frame):
+                run.append(frame)
+            case .run(let body):
+                if !run.isEmpty {
+                    fanOut(run)
+                    run = []
+                }
+                body()
+            }
+        }
+        if !run.isEmpty { fanOut(run) }
     }
 
     func fanOut(_ frames: [BroadcastFrame]) {
