@@ -59,7 +59,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public let epoch: String
     private let shards: [ObjectIdentifier: Shard<Codec>]
     private let orderedShards: [Shard<Codec>]
-    private let orderer: NIOLockedValueBox<SequenceOrderer<BroadcastFrame>>
+    private let order: NIOLockedValueBox<OrderState>
     private let directory = NIOLockedValueBox<[SessionID: SessionEntry]>([:])
     private let counters = NIOLockedValueBox(Counters())
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
@@ -90,11 +90,21 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         }
         self.shards = shards
         self.orderedShards = ordered
-        self.orderer = NIOLockedValueBox(SequenceOrderer(after: head))
+        self.order = NIOLockedValueBox(OrderState(orderer: SequenceOrderer(after: head), highestAccepted: head))
     }
 
     /// The newest seq handed to the fan-out.
-    public var seq: UInt64 { orderer.withLockedValue { $0.next - 1 } }
+    public var seq: UInt64 { order.withLockedValue { $0.orderer.next - 1 } }
+
+    /// Broadcasts put back in seq order, and the other deliveries (replies, monitors' copies)
+    /// that must not overtake the broadcasts before them.
+    struct OrderState {
+        var orderer: SequenceOrderer<BroadcastFrame>
+        /// The highest seq handed to `publishBroadcast` so far.
+        var highestAccepted: UInt64
+        /// Deliveries waiting until every seq up to `after` has been released.
+        var deferred: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+    }
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
 
@@ -185,10 +195,14 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         case .reply:
             let body = codec.encodeBody(event)
             let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
-            if let entry = directory.withLockedValue({ $0[origin.session] }) {
-                // Through the loop's inbox, behind the broadcasts posted before it: a session's
-                // answers leave in the order its requests caused them.
-                self.shard(for: entry.loop)?.post(reply: frame, typeIndex: typeIndex, to: origin.session)
+            if let entry = directory.withLockedValue({ $0[origin.session] }),
+                let shard = self.shard(for: entry.loop)
+            {
+                post(to: shard) {
+                    guard let session = shard.sessions[origin.session] else { return }
+                    shard.framesOut[typeIndex] += 1
+                    session.deliverReply(frame)
+                }
             }
             copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
         case .internal:
@@ -219,13 +233,15 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// When a seq waits twice, the copy that has an origin (the requester's `re` copy) wins.
     func publishBroadcast(_ frame: BroadcastFrame) {
         metrics.broadcast()
-        orderer.withLockedValue { orderer in
-            let released = orderer.accept(
+        order.withLockedValue { state in
+            state.highestAccepted = max(state.highestAccepted, frame.seq)
+            let released = state.orderer.accept(
                 seq: frame.seq,
                 frame,
                 replaces: { held in frame.origin != nil || held.origin == nil }
             )
             guard !released.isEmpty else { return }
+            defer { releaseDeferred(&state) }
             // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
             // gets bytes of its own: sharing one buffer would have every core bump the same
             // reference count once per subscriber.
@@ -233,6 +249,29 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 shard.post(index == 0 ? released : released.map { $0.withOwnBytes() })
             }
         }
+    }
+
+    /// Runs `body` on `shard`'s loop after every broadcast handed over before it, including
+    /// those still held back for an earlier seq: a reply never overtakes the broadcasts of the
+    /// requests its session sent before.
+    private func post(to shard: Shard<Codec>, _ body: @escaping @Sendable () -> Void) {
+        order.withLockedValue { state in
+            if state.highestAccepted < state.orderer.next {
+                shard.post(body)
+            } else {
+                state.deferred.append((state.highestAccepted, shard, body))
+            }
+        }
+    }
+
+    /// Posts the deferred deliveries whose broadcasts have all been released (under the lock).
+    private func releaseDeferred(_ state: inout OrderState) {
+        guard let first = state.deferred.first, first.after < state.orderer.next else { return }
+        var kept: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+        for item in state.deferred {
+            if item.after < state.orderer.next { item.shard.post(item.run) } else { kept.append(item) }
+        }
+        state.deferred = kept
     }
 
     private func copyToMonitors(_ event: Event, typeIndex: Int, origin: Origin, body: EncodedBody?) {
@@ -246,7 +285,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             body: body ?? codec.encodeBody(event)
         )
         for shard in orderedShards {
-            shard.loop.execute { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
+            post(to: shard) { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
         }
     }
 
@@ -262,7 +301,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// The shards' counters, summed (each read on its own loop).
     public func fanOutMetrics() async -> FanOutMetrics {
         var total = FanOutMetrics()
-        total.heldBack = orderer.withLockedValue { $0.heldBack }
+        total.heldBack = order.withLockedValue { $0.orderer.heldBack }
         let names = codec.catalog.descriptors.map(\.name)
         for shard in orderedShards {
             guard
@@ -304,7 +343,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
 
     enum InboxItem {
         case broadcast(BroadcastFrame)
-        case reply(ByteBuffer, typeIndex: Int, session: SessionID)
+        /// A reply or a monitor's copy, in its place among the broadcasts.
+        case run(@Sendable () -> Void)
     }
     var sessions: [SessionID: SessionHandler<Codec>] = [:]
     private var byType: [[SessionID: SessionHandler<Codec>]]
@@ -352,44 +392,44 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
 
     /// Appends broadcasts to the inbox (from any thread; callers keep seq order).
     func post(_ frames: [BroadcastFrame]) {
-        post(frames.map(InboxItem.broadcast))
+        append(frames.map { .broadcast($0) })
     }
 
-    /// Appends a reply to the inbox, after everything posted before it.
-    func post(reply frame: ByteBuffer, typeIndex: Int, to session: SessionID) {
-        post([.reply(frame, typeIndex: typeIndex, session: session)])
+    /// Appends a delivery to run on the loop in its place among the broadcasts.
+    func post(_ body: @escaping @Sendable () -> Void) {
+        append([.run(body)])
     }
 
-    private func post(_ items: [InboxItem]) {
+    private func append(_ items: [InboxItem]) {
         let schedule = inbox.withLockedValue { inbox -> Bool in
             inbox.items.append(contentsOf: items)
             if inbox.scheduled { return false }
             inbox.scheduled = true
             return true
         }
-        if schedule { loop.execute { self.fanOutInbox() } }
+        if schedule { loop.execute { self.emptyInbox() } }
     }
 
-    /// Empties the inbox in order: each run of broadcasts between replies is fanned out at once.
-    private func fanOutInbox() {
+    /// Fans out each run of consecutive broadcasts together, and runs the other deliveries
+    /// between them in order.
+    private func emptyInbox() {
         let items = inbox.withLockedValue { inbox -> [InboxItem] in
             inbox.scheduled = false
-            defer { inbox.items = [] }
-            return inbox.items
+            let items = inbox.items
+            inbox.items = []
+            return items
         }
         var run: [BroadcastFrame] = []
         for item in items {
             switch item {
             case .broadcast(let frame):
                 run.append(frame)
-            case .reply(let frame, let typeIndex, let id):
+            case .run(let body):
                 if !run.isEmpty {
                     fanOut(run)
                     run = []
                 }
-                guard let session = sessions[id] else { continue }
-                framesOut[typeIndex] += 1
-                session.deliverReply(frame)
+                body()
             }
         }
         if !run.isEmpty { fanOut(run) }

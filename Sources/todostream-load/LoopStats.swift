@@ -3,7 +3,7 @@ import NIOCore
 /// Counters and the latency histogram of one event loop. Every connection on that loop
 /// records here; nothing else touches it.
 final class LoopStats {
-    var latency = Histogram()
+    var latency = LatencyHistogram()
     /// Messages (or completed requests) not yet added to `RunState.progress`.
     var pendingProgress = 0
     var receivedBytes = 0
@@ -36,7 +36,7 @@ final class LoopStats {
 
 /// A copy of one loop's counters, or the sum of several.
 struct LoopSnapshot: Sendable {
-    var latency = Histogram()
+    var latency = LatencyHistogram()
     var receivedBytes = 0
     var deliveries = 0
     var gaps = 0

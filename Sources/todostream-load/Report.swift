@@ -29,7 +29,7 @@ struct Report {
     }
 
     /// p50/p99/p99.9/max and mean in milliseconds, and the sample count.
-    mutating func setLatency(_ histogram: Histogram) {
+    mutating func setLatency(_ histogram: LatencyHistogram) {
         set("latency_samples", Int(histogram.count))
         set("p50_ms", Self.milliseconds(histogram.value(atQuantile: 0.5)))
         set("p99_ms", Self.milliseconds(histogram.value(atQuantile: 0.99)))
