@@ -123,9 +123,8 @@ let benchmarks: @Sendable () -> Void = {
                 await withTaskGroup(of: Void.self) { group in
                     for id in fixture.ids {
                         group.addTask {
-                            blackHole(
-                                await fixture.store.write(TodoWrite(id: id, expectedVersion: nil, change: .toggleComplete))
-                            )
+                            let write = TodoWrite(id: id, expectedVersion: nil, change: .toggleComplete)
+                            blackHole(await fixture.store.write(write))
                         }
                     }
                 }
