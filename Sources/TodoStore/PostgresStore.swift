@@ -226,8 +226,12 @@ public actor PostgresStore: ServedStore {
     public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
         guard !closed else { return .failure(.unavailable) }
         guard pending.count < maxPending else { return .failure(.unavailable) }
+        let ticket = RequestTicket.current
         return await withCheckedContinuation { continuation in
             pending.append((write, continuation))
+            // Queued in commit order: the session's next write may queue behind it (see
+            // `RequestTicket`), so one client's pipelined writes share a transaction.
+            ticket?.admitted()
             if !committing {
                 committing = true
                 Task { await self.commitLoop() }
