@@ -8,7 +8,10 @@ struct Fanout: AsyncParsableCommand {
             todostreamd: the publisher toggles one todo it created (each toggle a durable state \
             change broadcast to every client as ResponseTodoViewModel); latency runs from the \
             send of the request to the receipt of the broadcast with its seq. Peers: the \
-            publisher sends --payload-bytes messages carrying their send time.
+            publisher sends --payload-bytes messages carrying their send time. With \
+            --subscriber-port (several daemons on one PostgreSQL), the subscribers are spread over \
+            those daemons while the publisher stays on --port: the latency of a subscriber on \
+            another daemon is that of the cross-daemon path.
             """
     )
 
@@ -16,6 +19,15 @@ struct Fanout: AsyncParsableCommand {
 
     @Option(help: "Subscribers.")
     var subscribers = 100
+
+    @Option(
+        name: .customLong("subscriber-port"),
+        help: ArgumentHelp(
+            "todostreamd: a port the subscribers connect to instead of --port; repeat it to spread them evenly "
+                + "over several daemons (the publisher stays on --port)."
+        )
+    )
+    var subscriberPorts: [Int] = []
 
     @Option(help: "Publishes per second; 0 publishes as fast as the window allows.")
     var rate: Double = 0
@@ -45,6 +57,12 @@ struct Fanout: AsyncParsableCommand {
         }
         guard window >= 1 else { throw ValidationError("--window must be at least 1.") }
         guard pipeline >= 1 else { throw ValidationError("--pipeline must be at least 1.") }
+        guard subscriberPorts.isEmpty || common.target == .todostreamd else {
+            throw ValidationError("--subscriber-port applies to todostreamd only.")
+        }
+        guard subscriberPorts.allSatisfy({ (1...65_535).contains($0) }) else {
+            throw ValidationError("--subscriber-port must be 1…65535.")
+        }
     }
 
     func run() async throws {
@@ -52,6 +70,7 @@ struct Fanout: AsyncParsableCommand {
         let outcome = try await FanoutRun(
             common: common,
             subscribers: subscribers,
+            subscriberPorts: subscriberPorts,
             rate: rate,
             duration: duration,
             warmup: warmup,
@@ -61,15 +80,22 @@ struct Fanout: AsyncParsableCommand {
         ).execute()
         var report = common.report(scenario: "fanout")
         report.set("rate", rate > 0 ? .double(rate) : .string("max"))
+        if !subscriberPorts.isEmpty {
+            report.set("subscriber_ports", subscriberPorts.map(String.init).joined(separator: ","))
+        }
         if rate == 0 {
             report.set("window", window)
             if common.target == .todostreamd { report.set("pipeline", pipeline) }
         }
         outcome.fill(&report)
         let mode = rate > 0 ? "\(grouped(rate)) pub/s" : "unthrottled"
+        let spread =
+            subscriberPorts.isEmpty
+            ? ""
+            : " (publisher on \(common.port), subscribers on \(subscriberPorts.map(String.init).joined(separator: "+")))"
         emit(
             report,
-            human: "fanout \(common.serverName) subscribers=\(outcome.fastSubscribers) \(mode): "
+            human: "fanout \(common.serverName) subscribers=\(outcome.fastSubscribers)\(spread) \(mode): "
                 + "\(grouped(outcome.deliveredPerSecond)) msg/s delivered "
                 + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(outcome.latencyText); \(outcome.problemsText)"
         )

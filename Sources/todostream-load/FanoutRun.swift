@@ -5,6 +5,8 @@ import NIOPosix
 struct FanoutRun {
     var common: CommonOptions
     var subscribers: Int
+    /// todostreamd: ports the subscribers are spread over evenly (empty: the publisher's).
+    var subscriberPorts: [Int] = []
     var slowSubscribers = 0
     var slowReceiveBufferBytes = 4_096
     /// Publishes per second; 0 = as fast as the window allows.
@@ -78,14 +80,39 @@ struct FanoutRun {
         let isSlow: @Sendable (Int) -> Bool = { index in
             slowEvery > 0 && index % slowEvery == slowEvery - 1 && index / slowEvery < slowCount
         }
-        let (handles, failures) = await connector.connectMany(
-            count: subscribers,
-            startIndex: 1,
-            mode: { isSlow($0) ? .slowSubscriber : .subscriber },
-            settings: { _ in settings },
-            receiveBufferBytes: { isSlow($0) ? slowBuffer : nil }
-        )
-        outcome.setupFailures = failures
+        // Several daemons: one connector per subscriber port, each taking an even share of the
+        // subscribers (and its own range of source addresses).
+        let subscriberConnectors =
+            try subscriberPorts.isEmpty
+            ? [connector]
+            : subscriberPorts.map { port in
+                var endpoint = common.endpoint
+                endpoint.port = port
+                return try Connector(
+                    group: group,
+                    endpoint: endpoint,
+                    run: run,
+                    perAddress: common.perAddress,
+                    firstAddress: common.firstAddress
+                )
+            }
+        var handles: [ConnectionHandle] = []
+        var first = 0
+        for (position, subscriberConnector) in subscriberConnectors.enumerated() {
+            let count = subscriberConnectors.count
+            let share = subscribers / count + (position < subscribers % count ? 1 : 0)
+            let base = first
+            let (some, failures) = await subscriberConnector.connectMany(
+                count: share,
+                startIndex: 1 + base,
+                mode: { isSlow(base + $0) ? .slowSubscriber : .subscriber },
+                settings: { _ in settings },
+                receiveBufferBytes: { isSlow(base + $0) ? slowBuffer : nil }
+            )
+            handles += some
+            outcome.setupFailures.merge(failures, uniquingKeysWith: +)
+            first += share
+        }
         let fastUp = try await withThrowingTaskGroup(of: Bool.self) { tasks in
             for handle in handles {
                 tasks.addTask { try await handle.withConnection { $0.mode == .subscriber }.get() ?? false }
@@ -98,7 +125,7 @@ struct FanoutRun {
         outcome.slowSubscribers = handles.count - fastUp
         guard fastUp > 0 else {
             await connector.closeAll(handles + [publisher])
-            throw LoadError("no subscriber came up: \(failures)")
+            throw LoadError("no subscriber came up: \(outcome.setupFailures)")
         }
         _ = fast
 
