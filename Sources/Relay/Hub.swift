@@ -28,8 +28,14 @@ struct BroadcastFrame: Sendable {
     }
 }
 
-/// What `/metrics` reads from the shards: counted on each loop without locks, summed here.
-public struct FanOutMetrics: Sendable {
+/// What `/metrics` reads from the hub: counted on each loop without locks (or under the
+/// order lock the fan-out takes anyway), summed here.
+public struct LoopMetrics: Sendable {
+    /// Frames received from clients, and the events they published by type.
+    public var framesIn = 0
+    public var requestsByType: [String: Int] = [:]
+    /// Broadcasts released to the fan-out.
+    public var broadcasts = 0
     /// Frames written to clients (broadcasts and replies), by event type.
     public var framesOutByType: [String: Int] = [:]
     /// From a broadcast reaching the hub to its bytes being handed to every subscriber's
@@ -104,6 +110,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         var highestAccepted: UInt64
         /// Deliveries waiting until every seq up to `after` has been released.
         var deferred: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+        /// Broadcasts released so far.
+        var released = 0
     }
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
@@ -232,7 +240,6 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
     /// When a seq waits twice, the copy that has an origin (the requester's `re` copy) wins.
     func publishBroadcast(_ frame: BroadcastFrame) {
-        metrics.broadcast()
         order.withLockedValue { state in
             state.highestAccepted = max(state.highestAccepted, frame.seq)
             let released = state.orderer.accept(
@@ -241,6 +248,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 replaces: { held in frame.origin != nil || held.origin == nil }
             )
             guard !released.isEmpty else { return }
+            state.released += released.count
             defer { releaseDeferred(&state) }
             // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
             // gets bytes of its own: sharing one buffer would have every core bump the same
@@ -299,20 +307,27 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     }
 
     /// The shards' counters, summed (each read on its own loop).
-    public func fanOutMetrics() async -> FanOutMetrics {
-        var total = FanOutMetrics()
-        total.heldBack = order.withLockedValue { $0.orderer.heldBack }
+    public func loopMetrics() async -> LoopMetrics {
+        var total = LoopMetrics()
+        (total.heldBack, total.broadcasts) = order.withLockedValue { ($0.orderer.heldBack, $0.released) }
         let names = codec.catalog.descriptors.map(\.name)
+        func add(_ counts: [Int], to byType: inout [String: Int]) {
+            for (index, count) in counts.enumerated() where count > 0 && index < names.count {
+                byType[names[index], default: 0] += count
+            }
+        }
         for shard in orderedShards {
             guard
                 let part = try? await shard.loop.submit({
-                    () -> (framesOut: [Int], latency: LatencyHistogram, queued: [Int]) in
-                    (shard.framesOut, shard.fanOutLatency, shard.sessions.values.map(\.queuedBytes))
+                    (
+                        framesIn: shard.framesIn, requests: shard.requestsIn, framesOut: shard.framesOut,
+                        latency: shard.fanOutLatency, queued: shard.sessions.values.map(\.queuedBytes)
+                    )
                 }).get()
             else { continue }
-            for (index, count) in part.framesOut.enumerated() where count > 0 && index < names.count {
-                total.framesOutByType[names[index], default: 0] += count
-            }
+            total.framesIn += part.framesIn
+            add(part.requests, to: &total.requestsByType)
+            add(part.framesOut, to: &total.framesOutByType)
             total.fanOutLatency.merge(part.latency)
             total.queuedBytes += part.queued.reduce(0, +)
             total.largestQueueBytes = max(total.largestQueueBytes, part.queued.max() ?? 0)
@@ -353,6 +368,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     private(set) var lastSeq: UInt64
     /// Frames written on this loop, by type index.
     var framesOut: [Int]
+    /// Frames received on this loop, and the events they published by type index.
+    var framesIn = 0
+    var requestsIn: [Int]
     private(set) var fanOutLatency = LatencyHistogram()
 
     init(loop: any EventLoop, typeCount: Int, head: UInt64) {
@@ -360,6 +378,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         self.byType = Array(repeating: [:], count: typeCount)
         self.monitorsByType = Array(repeating: [:], count: typeCount)
         self.framesOut = Array(repeating: 0, count: typeCount)
+        self.requestsIn = Array(repeating: 0, count: typeCount)
         self.lastSeq = head
     }
 

@@ -1,15 +1,13 @@
 import NIOConcurrencyHelpers
 
-/// Counters of the relay, written on the hot path under one short lock each and read by
-/// `/metrics` in the Prometheus text format.
+/// The relay's counters of rare events (connections, errors, slow consumers, resumes), each
+/// under one short lock, and the Prometheus text of `/metrics`. Per-frame counts are kept
+/// per event loop instead (`LoopMetrics`).
 public final class RelayMetrics: Sendable {
     private struct Counters {
         var connectionsByTransport: [String: Int] = [:]
         var acceptedByTransport: [String: Int] = [:]
-        var framesIn = 0
-        var framesInByType: [String: Int] = [:]
         var errorsByCode: [String: Int] = [:]
-        var broadcasts = 0
         var slowConsumers = 0
         var resumes = 0
         var gaps = 0
@@ -30,11 +28,7 @@ public final class RelayMetrics: Sendable {
         counters.withLockedValue { $0.connectionsByTransport[transport, default: 1] -= 1 }
     }
 
-    func frameIn() { counters.withLockedValue { $0.framesIn += 1 } }
-    func request(type: String) { counters.withLockedValue { $0.framesInByType[type, default: 0] += 1 } }
-
     func error(_ code: RelayErrorCode) { counters.withLockedValue { $0.errorsByCode[code.rawValue, default: 0] += 1 } }
-    func broadcast() { counters.withLockedValue { $0.broadcasts += 1 } }
     func slowConsumer() { counters.withLockedValue { $0.slowConsumers += 1 } }
     func resumed(gap: Bool) {
         counters.withLockedValue {
@@ -44,7 +38,7 @@ public final class RelayMetrics: Sendable {
     }
 
     /// The Prometheus text exposition, with `extra` lines appended.
-    public func render(seq: UInt64, fanOut: FanOutMetrics = FanOutMetrics(), extra: [String] = []) -> String {
+    public func render(seq: UInt64, loops fanOut: LoopMetrics = LoopMetrics(), extra: [String] = []) -> String {
         let c = counters.withLockedValue { $0 }
         var lines: [String] = []
         /// One family with a single unlabelled sample.
@@ -68,13 +62,13 @@ public final class RelayMetrics: Sendable {
             "transport",
             c.acceptedByTransport
         )
-        single("todostream_frames_in_total", "counter", "Frames received from clients.", c.framesIn)
+        single("todostream_frames_in_total", "counter", "Frames received from clients.", fanOut.framesIn)
         labelled(
             "todostream_requests_total",
             "counter",
             "Events published by clients, by type.",
             "type",
-            c.framesInByType
+            fanOut.requestsByType
         )
         labelled("todostream_errors_total", "counter", "Error frames sent, by code.", "code", c.errorsByCode)
         labelled(
@@ -101,7 +95,7 @@ public final class RelayMetrics: Sendable {
             fanOut.largestQueueBytes
         )
         single("todostream_broadcasts_held_back", "gauge", "Broadcasts waiting for an earlier seq.", fanOut.heldBack)
-        single("todostream_broadcasts_total", "counter", "Broadcasts fanned out.", c.broadcasts)
+        single("todostream_broadcasts_total", "counter", "Broadcasts fanned out.", fanOut.broadcasts)
         single("todostream_seq", "gauge", "The newest broadcast seq.", seq)
         single(
             "todostream_slow_consumer_disconnects_total",

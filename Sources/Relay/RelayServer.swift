@@ -260,6 +260,12 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let services = self.services
         let settings = self.settings
         let allowedOrigins = configuration.allowedOrigins
+        // What the upgrade request carried (a token's role, an accepted deflate offer), decided
+        // once in `shouldUpgrade` and used when the WebSocket pipeline is built.
+        let negotiated = NIOLoopBoundBox<(role: Role?, deflate: PerMessageDeflate?)>(
+            (nil, nil),
+            eventLoop: channel.eventLoop
+        )
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.webSocketHardCapBytes,
             automaticErrorHandling: true,
@@ -269,18 +275,19 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
                 var headers = HTTPHeaders()
-                if let (_, subprotocol) = Self.presentedToken(head.headers, auth: settings.auth), let subprotocol {
+                let token = Self.presentedToken(head.headers, auth: settings.auth)
+                if let subprotocol = token?.subprotocol {
                     headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
                 }
-                if configuration.webSocketCompression, let deflate = PerMessageDeflate.negotiate(head.headers) {
+                let deflate = configuration.webSocketCompression ? PerMessageDeflate.negotiate(head.headers) : nil
+                if let deflate {
                     headers.add(name: "Sec-WebSocket-Extensions", value: deflate.responseHeader)
                 }
+                negotiated.value = (token?.role, deflate)
                 return channel.eventLoop.makeSucceededFuture(headers)
             },
-            upgradePipelineHandler: { [deflateCodecs] channel, head in
-                let role = Self.presentedToken(head.headers, auth: settings.auth)?.role
-                let deflate =
-                    configuration.webSocketCompression ? PerMessageDeflate.negotiate(head.headers) : nil
+            upgradePipelineHandler: { [deflateCodecs] channel, _ in
+                let (role, deflate) = negotiated.value
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(

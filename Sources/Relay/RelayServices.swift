@@ -4,17 +4,20 @@ import NIOConcurrencyHelpers
 
 /// Settings that a reload may replace while the daemon runs.
 public final class RelaySettings: Sendable {
-    private let box: NIOLockedValueBox<(RelayConfiguration, AuthConfiguration)>
+    private let box: NIOLockedValueBox<(RelayConfiguration, AuthConfiguration, PayloadRedactor?)>
 
     public init(configuration: RelayConfiguration, auth: AuthConfiguration) {
-        box = NIOLockedValueBox((configuration, auth))
+        box = NIOLockedValueBox((configuration, auth, PayloadRedactor(fields: configuration.monitorRedactedFields)))
     }
 
     public var configuration: RelayConfiguration { box.withLockedValue { $0.0 } }
     public var auth: AuthConfiguration { box.withLockedValue { $0.1 } }
+    /// What monitors' frames go through, made once per configuration (nil: nothing to redact).
+    var monitorRedactor: PayloadRedactor? { box.withLockedValue { $0.2 } }
 
     public func update(configuration: RelayConfiguration, auth: AuthConfiguration) {
-        box.withLockedValue { $0 = (configuration, auth) }
+        let redactor = PayloadRedactor(fields: configuration.monitorRedactedFields)
+        box.withLockedValue { $0 = (configuration, auth, redactor) }
     }
 }
 

@@ -41,6 +41,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private let preauthenticated: Role?
     private let remoteIP: String
     private let catalog: EventCatalog
+    /// This loop's sessions and counters (touched only on `loop`, like the session itself).
+    private let shard: Shard<Codec>?
     private var logger: Logger
 
     private var context: ChannelHandlerContext?
@@ -59,6 +61,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var requestsInFlight = 0
     private var newestRequest: (number: UInt64, task: Task<Void, Never>, admission: RequestGate)?
     private var requestNumber: UInt64 = 0
+    /// The first queued frame was found unable to join the requests in flight: it waits until
+    /// they have finished (and is not parsed again meanwhile).
+    private var headWaits = false
     private var readHeld = false
     private var bucket: TokenBucket
     private var closing = false
@@ -94,6 +99,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
+        self.shard = services.hub.shard(for: loop)
         let configuration = services.settings.configuration
         self.bucket = TokenBucket(burst: configuration.rateLimitBurst)
         var logger = services.logger
@@ -222,13 +228,20 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Handles queued frames until one needs the bus (or a resume) to finish.
     private func drain() {
+        let maxInFlight = configuration.maxPipelinedFrames
         while !busy, !closing, let next = inbound.first {
             if requestsInFlight == 0 {
                 inbound.removeFirst()
+                headWaits = false
                 handle(next)
-            } else if requestsInFlight < configuration.maxPipelinedFrames, let request = pipelinable(next) {
+            } else if requestsInFlight < maxInFlight, !headWaits {
+                // A frame that cannot join the requests in flight is parsed once, then waits.
+                guard let request = pipelinable(next) else {
+                    headWaits = true
+                    break
+                }
                 inbound.removeFirst()
-                services.hub.metrics.frameIn()
+                shard?.framesIn += 1
                 startRequest(request)
             } else {
                 break
@@ -275,7 +288,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(frame bytes: [UInt8]) {
-        services.hub.metrics.frameIn()
+        shard?.framesIn += 1
         guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes) else {
             releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
@@ -366,7 +379,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func startRequest(_ request: PreparedRequest) {
-        services.hub.metrics.request(type: request.name)
+        if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
         flush()
         requestsInFlight += 1
         requestNumber += 1
@@ -681,7 +694,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func write(_ buffer: ByteBuffer, frames: Int = 1) {
         guard let context, !closing else { return }
-        if role == .monitor, let redactor = PayloadRedactor(fields: configuration.monitorRedactedFields) {
+        if role == .monitor, let redactor = services.settings.monitorRedactor {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             context.write(wrapOutboundOut(redactor.redact(buffer)), promise: nil)
         } else {

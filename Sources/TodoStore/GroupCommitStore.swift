@@ -12,23 +12,19 @@ import TodoApp
 /// with `unavailable` and changes nothing.
 public actor GroupCommitStore: TodoStore, JournalReader {
     private let backend: any StorageBackend
-    private let maxBatch: Int
     private let now: @Sendable () -> Timestamp
 
     private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
     private var nextRowID: Int64 = 1
     private var epoch: String
     private var head: UInt64
-    private var pending: [(write: TodoWrite, continuation: CheckedContinuation<Result<SavedTodo, AppError>, Never>)] =
-        []
-    private var committing = false
+    /// Not bounded here: each session has at most `max_pipelined_frames` requests in flight.
+    private var queue: WriteQueue
     private var healthy = true
-    private var commitsSincePrune = 0
-    private var commitLatency = LatencyHistogram()
 
     init(backend: any StorageBackend, state: LoadedState, maxBatch: Int, now: @escaping @Sendable () -> Timestamp) {
         self.backend = backend
-        self.maxBatch = max(1, maxBatch)
+        self.queue = WriteQueue(maxBatch: maxBatch)
         self.now = now
         self.epoch = state.position.epoch
         self.head = state.position.head
@@ -45,7 +41,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     /// Commit latency (one observation per group commit), and the writes waiting for the
     /// next commit.
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, pending.count) }
+    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { queue.metrics }
 
     public func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
         if let id { return todos[id].map { [$0.todo] } ?? [] }
@@ -60,29 +56,15 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
         let ticket = RequestTicket.current
         return await withCheckedContinuation { continuation in
-            pending.append((write, continuation))
-            // Queued in order: the session's next write may queue behind it (see `RequestTicket`).
-            ticket?.admitted()
-            if !committing {
-                committing = true
-                Task { await self.commitLoop() }
-            }
+            if queue.enqueue(write, continuation, ticket: ticket) { Task { await self.commitLoop() } }
         }
     }
 
     private func commitLoop() async {
-        while !pending.isEmpty {
-            let take = min(maxBatch, pending.count)
-            let batch = Array(pending.prefix(take))
-            pending.removeFirst(take)
-            await commit(batch)
-        }
-        committing = false
+        while let batch = queue.nextBatch() { await commit(batch) }
     }
 
-    private func commit(
-        _ batch: [(write: TodoWrite, continuation: CheckedContinuation<Result<SavedTodo, AppError>, Never>)]
-    ) async {
+    private func commit(_ batch: [(write: TodoWrite, answer: WriteQueue.Answer)]) async {
         let time = now()
         var staged: [UUID: (rowID: Int64, todo: Todo)] = [:]
         var rowID = nextRowID
@@ -116,11 +98,9 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             }
         }
         if !records.isEmpty {
-            commitsSincePrune += 1
-            let prune = commitsSincePrune >= 64
-            if prune { commitsSincePrune = 0 }
+            let prune = queue.pruneDue()
             let started = ContinuousClock.now
-            defer { commitLatency.record(ContinuousClock.now - started) }
+            defer { queue.recordCommit(since: started) }
             do {
                 try await backend.commit(records, prune: prune)
                 healthy = true
@@ -135,7 +115,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
                 }
             }
         }
-        for (item, result) in zip(batch, results) { item.continuation.resume(returning: result) }
+        for (item, result) in zip(batch, results) { item.answer.resume(returning: result) }
     }
 
     // MARK: JournalReader

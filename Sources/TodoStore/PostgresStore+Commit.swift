@@ -243,20 +243,17 @@ extension PostgresStore {
             head = value
             guard let id, let seqNo, let createdAt, let title, let subtitle, let priority, let deleted, let version
             else { continue }
-            guard let uuid = UUID(uuidString: id) else { throw StoreError(message: "A stored todo row is damaged.") }
-            todos[uuid] = (
-                seqNo,
-                Todo(
-                    id: uuid,
-                    createdAt: Timestamp(millisecondsSince1970: createdAt),
-                    title: title,
-                    subtitle: subtitle,
-                    priority: TodoPriority(rawValue: priority) ?? .normal,
-                    completedAt: completedAt.map { Timestamp(millisecondsSince1970: $0) },
-                    deleted: deleted,
-                    version: Int(version)
-                )
+            let todo = try StoredTodo.decode(
+                id: id,
+                createdAt: createdAt,
+                title: title,
+                subtitle: subtitle,
+                priority: priority,
+                completedAt: completedAt,
+                deleted: deleted,
+                version: version
             )
+            todos[todo.id] = (seqNo, todo)
         }
         guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
         return (head, todos)

@@ -18,7 +18,6 @@ import TodoApp
 /// Reads go to the database (no cache to go stale when other daemons write). A journal follower
 /// (`JournalFollower`) hands other daemons' broadcasts to the hub.
 public actor PostgresStore: ServedStore {
-    typealias Pending = (write: TodoWrite, continuation: CheckedContinuation<Result<SavedTodo, AppError>, Never>)
 
     let client: PostgresClient
     let connector: PostgresConnector
@@ -26,20 +25,15 @@ public actor PostgresStore: ServedStore {
     let logger: Logger
     let claims = LocalClaims()
     let health = DatabaseHealth()
-    private let maxBatch: Int
-    private let maxPending: Int
     private let now: @Sendable () -> Timestamp
     private let epoch: String
     private let eventLoopGroup: any EventLoopGroup
 
     private var clientTask: Task<Void, Never>?
     private var follower: JournalFollower?
-    private var pending: [Pending] = []
-    private var commitLatency = LatencyHistogram()
-    private var committing = false
+    private var queue: WriteQueue
     /// `close` waiting for the commit loop to finish.
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
-    private var commitsSincePrune = 0
     private var closed = false
 
     private init(
@@ -58,8 +52,7 @@ public actor PostgresStore: ServedStore {
         self.clientTask = clientTask
         self.connector = connector
         self.epoch = epoch
-        self.maxBatch = max(1, maxBatch)
-        self.maxPending = max(self.maxBatch, maxPending)
+        self.queue = WriteQueue(maxBatch: maxBatch, maxPending: max(maxBatch, maxPending))
         self.retention = retention
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
@@ -155,7 +148,7 @@ public actor PostgresStore: ServedStore {
 
     public var isHealthy: Bool { health.isUp }
 
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, pending.count) }
+    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { queue.metrics }
 
     // MARK: Reads
 
@@ -193,16 +186,15 @@ public actor PostgresStore: ServedStore {
         for try await (id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version) in rows.decode(
             (String, Int64, Int64, String, String, String, Int64?, Bool, Int64).self
         ) {
-            guard let uuid = UUID(uuidString: id) else { throw StoreError(message: "A stored todo row is damaged.") }
-            let todo = Todo(
-                id: uuid,
-                createdAt: Timestamp(millisecondsSince1970: createdAt),
+            let todo = try StoredTodo.decode(
+                id: id,
+                createdAt: createdAt,
                 title: title,
                 subtitle: subtitle,
-                priority: TodoPriority(rawValue: priority) ?? .normal,
-                completedAt: completedAt.map { Timestamp(millisecondsSince1970: $0) },
+                priority: priority,
+                completedAt: completedAt,
                 deleted: deleted,
-                version: Int(version)
+                version: version
             )
             todos.append((seqNo, todo))
         }
@@ -225,34 +217,21 @@ public actor PostgresStore: ServedStore {
 
     public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
         guard !closed else { return .failure(.unavailable) }
-        guard pending.count < maxPending else { return .failure(.unavailable) }
+        guard queue.hasRoom else { return .failure(.unavailable) }
         let ticket = RequestTicket.current
         return await withCheckedContinuation { continuation in
-            pending.append((write, continuation))
-            // Queued in commit order: the session's next write may queue behind it (see
-            // `RequestTicket`), so one client's pipelined writes share a transaction.
-            ticket?.admitted()
-            if !committing {
-                committing = true
-                Task { await self.commitLoop() }
-            }
+            if queue.enqueue(write, continuation, ticket: ticket) { Task { await self.commitLoop() } }
         }
     }
 
     private func commitLoop() async {
-        while !pending.isEmpty {
-            let take = min(maxBatch, pending.count)
-            let batch = Array(pending.prefix(take))
-            pending.removeFirst(take)
-            commitsSincePrune += 1
-            let prune = commitsSincePrune >= 64
-            if prune { commitsSincePrune = 0 }
+        while let batch = queue.nextBatch() {
+            let prune = queue.pruneDue()
             let started = ContinuousClock.now
             let results = await commit(batch.map(\.write), time: now(), prune: prune)
-            commitLatency.record(ContinuousClock.now - started)
-            for (item, result) in zip(batch, results) { item.continuation.resume(returning: result) }
+            queue.recordCommit(since: started)
+            for (item, result) in zip(batch, results) { item.answer.resume(returning: result) }
         }
-        committing = false
         for waiter in idleWaiters { waiter.resume() }
         idleWaiters.removeAll()
     }
@@ -327,7 +306,7 @@ public actor PostgresStore: ServedStore {
         closed = true
         follower?.stop()
         // Writes already queued are answered before the pool goes away.
-        if committing {
+        if queue.committing {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
         clientTask?.cancel()

@@ -64,18 +64,18 @@ final class SQLiteBackend: StorageBackend {
         var todos: [(rowID: Int64, todo: Todo)] = []
         todos.reserveCapacity(todoRows.count)
         for row in todoRows {
-            guard let idText = row.column("id")?.string, let id = UUID(uuidString: idText),
-                let rowID = row.column("seq_no")?.integer, let createdAt = row.column("created_at")?.integer
+            guard let id = row.column("id")?.string, let rowID = row.column("seq_no")?.integer,
+                let createdAt = row.column("created_at")?.integer
             else { throw StoreError(message: "A stored todo row is damaged.") }
-            let todo = Todo(
+            let todo = try StoredTodo.decode(
                 id: id,
-                createdAt: Timestamp(millisecondsSince1970: Int64(createdAt)),
+                createdAt: Int64(createdAt),
                 title: row.column("title")?.string ?? "",
                 subtitle: row.column("subtitle")?.string ?? "",
-                priority: TodoPriority(rawValue: row.column("priority")?.string ?? "") ?? .normal,
-                completedAt: row.column("completed_at")?.integer.map { Timestamp(millisecondsSince1970: Int64($0)) },
+                priority: row.column("priority")?.string ?? "",
+                completedAt: row.column("completed_at")?.integer.map(Int64.init),
                 deleted: (row.column("deleted")?.integer ?? 0) != 0,
-                version: Int(row.column("version")?.integer ?? 0)
+                version: Int64(row.column("version")?.integer ?? 0)
             )
             todos.append((Int64(rowID), todo))
         }

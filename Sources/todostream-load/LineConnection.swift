@@ -195,6 +195,20 @@ class LineConnection: ChannelInboundHandler {
     }
 
     /// A fan-out message reached this subscriber. `sendTime` 0 means its send time is unknown.
+    /// A peer's message (`PeerPayload`, the same over NATS and Redis): a delivery for a
+    /// subscriber, the answer for a requester.
+    final func handlePeerMessage(_ line: UnsafeRawBufferPointer, now: UInt64) {
+        guard let (time, seq) = PeerPayload.parse(line) else {
+            stats.countError("unparsed_message")
+            return
+        }
+        switch mode {
+        case .subscriber, .slowSubscriber: recordDelivery(sendTime: time, seq: seq, now: now)
+        case .requester: requestCompleted(id: seq, now: now, failed: false)
+        default: break
+        }
+    }
+
     final func recordDelivery(sendTime: UInt64, seq: UInt64, now: UInt64) {
         stats.deliveries += 1
         stats.pendingProgress += 1

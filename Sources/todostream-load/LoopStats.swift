@@ -1,37 +1,23 @@
 import NIOCore
 
 /// Counters and the latency histogram of one event loop. Every connection on that loop
-/// records here; nothing else touches it.
+/// records here (`stats.gaps += 1` reaches the counters through dynamic member lookup);
+/// nothing else touches it.
+@dynamicMemberLookup
 final class LoopStats {
-    var latency = LatencyHistogram()
+    private var counts = LoopSnapshot()
     /// Messages (or completed requests) not yet added to `RunState.progress`.
     var pendingProgress = 0
-    var receivedBytes = 0
-    var deliveries = 0
-    var gaps = 0
-    var duplicates = 0
-    var unmatched = 0
-    var seqMismatches = 0
-    var closedByPeer = 0
-    var slowClosedByPeer = 0
-    var errors: [String: Int] = [:]
 
-    func countError(_ code: String) { errors[code, default: 0] += 1 }
-
-    func snapshot() -> LoopSnapshot {
-        LoopSnapshot(
-            latency: latency,
-            receivedBytes: receivedBytes,
-            deliveries: deliveries,
-            gaps: gaps,
-            duplicates: duplicates,
-            unmatched: unmatched,
-            seqMismatches: seqMismatches,
-            closedByPeer: closedByPeer,
-            slowClosedByPeer: slowClosedByPeer,
-            errors: errors
-        )
+    subscript<Value>(dynamicMember keyPath: WritableKeyPath<LoopSnapshot, Value>) -> Value {
+        get { counts[keyPath: keyPath] }
+        // In place: recording into the histogram must not copy it.
+        _modify { yield &counts[keyPath: keyPath] }
     }
+
+    func countError(_ code: String) { counts.errors[code, default: 0] += 1 }
+
+    func snapshot() -> LoopSnapshot { counts }
 }
 
 /// A copy of one loop's counters, or the sum of several.

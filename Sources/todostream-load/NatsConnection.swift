@@ -9,15 +9,7 @@ final class NatsConnection: LineConnection {
         guard let first = line.first else { return }
         switch first {
         case UInt8(ascii: "@"):
-            guard let (time, seq) = PeerPayload.parse(line) else {
-                stats.countError("unparsed_message")
-                return
-            }
-            switch mode {
-            case .subscriber, .slowSubscriber: recordDelivery(sendTime: time, seq: seq, now: now)
-            case .requester: requestCompleted(id: seq, now: now, failed: false)
-            default: break
-            }
+            handlePeerMessage(line, now: now)
         case UInt8(ascii: "M"):
             break  // MSG header: the payload line follows.
         case UInt8(ascii: "P"):

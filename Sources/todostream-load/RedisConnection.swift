@@ -20,15 +20,7 @@ final class RedisConnection: LineConnection {
         guard let first = line.first else { return }
         switch first {
         case UInt8(ascii: "@"):
-            guard let (time, seq) = PeerPayload.parse(line) else {
-                stats.countError("unparsed_message")
-                return
-            }
-            switch mode {
-            case .subscriber, .slowSubscriber: recordDelivery(sendTime: time, seq: seq, now: now)
-            case .requester: requestCompleted(id: seq, now: now, failed: false)
-            default: break
-            }
+            handlePeerMessage(line, now: now)
         case UInt8(ascii: ":"):
             // The subscription count confirms SUBSCRIBE; for a publisher, the receiver count.
             if !isReady, mode == .subscriber || mode == .slowSubscriber || mode == .requester { markReady() }

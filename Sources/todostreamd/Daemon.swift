@@ -198,10 +198,10 @@ final class Daemon: Sendable {
             metrics: {
                 let storeHealthy = await store.isHealthy
                 let storeMetrics = await store.metrics
-                let fanOut = await hub.fanOutMetrics()
+                let loops = await hub.loopMetrics()
                 return hub.metrics.render(
                     seq: hub.seq,
-                    fanOut: fanOut,
+                    loops: loops,
                     extra: [
                         "# HELP todostream_storage_up Whether the last storage commit succeeded.",
                         "# TYPE todostream_storage_up gauge",
