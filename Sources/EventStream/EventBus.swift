@@ -1,36 +1,91 @@
-/// The ordered bus: the seed's `eventsSignal`/`eventsObserver`.
+/// The ordered bus: the seed's `eventsSignal`/`eventsObserver`, run a batch at a time.
 ///
-/// Publishing an event hands it to the sink (so monitors see it), then to every server that
-/// observes its type; whatever they emit is published in turn, depth first, so that the
-/// events one request causes leave the bus in causal order. Dispatch is by an index from type
-/// to servers, never by asking every server about every event.
+/// Publishing an event records it (so monitors see it), then hands it to every server that
+/// observes its type; whatever they emit is published in turn, depth first, so the events one
+/// request causes leave the bus in causal order. Dispatch is by an index from type to servers.
+///
+/// The servers are plain functions, so a whole batch of requests runs through them at once.
+/// Events the model layer observes are parked until every request of the batch has run as far
+/// as it can; the model layer then answers all of them in one call (one commit), and each
+/// answer continues depth first inside its own request. Deliveries come out request by
+/// request, in arrival order.
 public struct EventBus<Event: StreamEvent>: Sendable {
     private let serversByType: [String: [any EventServer<Event>]]
-    private let sink: any EventSink<Event>
+    private let model: (any BatchServer<Event>)?
+    private let modelTypes: Set<String>
 
-    public init(servers: [any EventServer<Event>], sink: any EventSink<Event>) {
+    public init(servers: [any EventServer<Event>], model: (any BatchServer<Event>)? = nil) {
         var index: [String: [any EventServer<Event>]] = [:]
         for server in servers {
             for name in server.observes { index[name, default: []].append(server) }
         }
         self.serversByType = index
-        self.sink = sink
+        self.model = model
+        self.modelTypes = model?.observes ?? []
     }
 
-    /// Publishes an event and returns once every event it caused has left the bus.
-    /// Within a pipelining session (see `RequestTicket`), a request's replies and broadcasts
-    /// leave only after those of the session's previous request.
-    public func publish(_ event: Event, origin: Origin, scope: Scope = .internal) async {
-        if case .internal = scope {
-        } else if let ticket = RequestTicket.current {
-            await ticket.awaitPredecessor()
+    /// Runs a batch of published events (each `.internal`, from its origin) and returns what
+    /// they caused, request by request.
+    public func run(_ batch: [(event: Event, origin: Origin)]) async -> [Delivery<Event>] {
+        var run = BatchRun<Event>(count: batch.count)
+        for (index, item) in batch.enumerated() {
+            publish(item.event, scope: .internal, origin: item.origin, request: index, into: &run)
         }
-        sink.deliver(event, scope: scope, origin: origin)
-        guard let servers = serversByType[event.name] else { return }
-        for server in servers {
-            for emission in await server.handle(event) {
-                await publish(emission.event, origin: origin, scope: emission.scope)
+        while let model, !run.parked.isEmpty {
+            let parked = run.parked
+            run.parked = []
+            let answers = await model.handle(batch: parked.map(\.event))
+            for (item, emissions) in zip(parked, answers) {
+                for emission in emissions {
+                    publish(
+                        emission.event,
+                        scope: emission.scope,
+                        origin: item.origin,
+                        request: item.request,
+                        into: &run
+                    )
+                }
             }
         }
+        return run.deliveries
+    }
+
+    private func publish(
+        _ event: Event,
+        scope: Scope,
+        origin: Origin,
+        request: Int,
+        into run: inout BatchRun<Event>
+    ) {
+        run.perRequest[request].append(Delivery(event, scope, origin))
+        if let servers = serversByType[event.name] {
+            for server in servers {
+                for emission in server.handle(event) {
+                    publish(emission.event, scope: emission.scope, origin: origin, request: request, into: &run)
+                }
+            }
+        }
+        if modelTypes.contains(event.name) {
+            run.parked.append((event, origin, request))
+        }
+    }
+}
+
+/// One batch on its way through the bus.
+private struct BatchRun<Event: StreamEvent> {
+    var perRequest: [[Delivery<Event>]]
+    /// Events waiting for the model layer, with the request they belong to.
+    var parked: [(event: Event, origin: Origin, request: Int)] = []
+
+    init(count: Int) {
+        perRequest = Array(repeating: [], count: count)
+    }
+
+    var deliveries: [Delivery<Event>] {
+        if perRequest.count == 1 { return perRequest[0] }
+        var all: [Delivery<Event>] = []
+        all.reserveCapacity(perRequest.reduce(0) { $0 + $1.count })
+        for part in perRequest { all.append(contentsOf: part) }
+        return all
     }
 }

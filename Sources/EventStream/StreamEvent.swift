@@ -3,17 +3,43 @@ public protocol StreamEvent: Sendable {
     var name: String { get }
 }
 
-/// The seed's observer, made explicit: one event in, the events it causes out.
+/// The seed's observer, made explicit: one event in, the events it causes out. A plain
+/// function: it never waits.
 ///
 /// A server names the event types it observes; the bus calls it only for those.
 public protocol EventServer<Event>: Sendable {
     associatedtype Event: StreamEvent
     var observes: Set<String> { get }
-    func handle(_ event: Event) async -> [Emission<Event>]
+    func handle(_ event: Event) -> [Emission<Event>]
+}
+
+/// The one server that may wait: the model layer, which answers everything a batch asked of
+/// storage at once (one commit per batch), each event's emissions in the order given.
+public protocol BatchServer<Event>: Sendable {
+    associatedtype Event: StreamEvent
+    var observes: Set<String> { get }
+    /// Returns one list of emissions per event, in order.
+    func handle(batch: [Event]) async -> [[Emission<Event>]]
+}
+
+/// One event leaving the bus: what it is, how far it travels, who caused it.
+public struct Delivery<Event: Sendable>: Sendable {
+    public let event: Event
+    public let scope: Scope
+    public let origin: Origin
+
+    public init(_ event: Event, _ scope: Scope, _ origin: Origin) {
+        self.event = event
+        self.scope = scope
+        self.origin = origin
+    }
 }
 
 /// Where events leave the bus: the network relay, a test recorder.
 public protocol EventSink<Event>: Sendable {
     associatedtype Event: StreamEvent
-    func deliver(_ event: Event, scope: Scope, origin: Origin)
+    /// Everything one batch caused, request by request in arrival order (each request's events
+    /// depth first, in causal order), and the requests it answered: once this returns, every
+    /// one of `requests` has had all of its answers handed over.
+    func deliver(_ deliveries: [Delivery<Event>], answering requests: [Origin])
 }

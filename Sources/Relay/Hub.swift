@@ -73,7 +73,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public let metrics = RelayMetrics()
 
     struct SessionEntry {
-        let loop: any EventLoop
+        /// The index of the session's loop in `orderedShards`.
+        let shard: Int
         let uuid: String
     }
 
@@ -89,8 +90,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         self.epoch = epoch
         var shards: [ObjectIdentifier: Shard<Codec>] = [:]
         var ordered: [Shard<Codec>] = []
-        for loop in loops {
-            let shard = Shard<Codec>(loop: loop, typeCount: codec.catalog.descriptors.count, head: head)
+        for (index, loop) in loops.enumerated() {
+            let shard = Shard<Codec>(index: index, loop: loop, typeCount: codec.catalog.descriptors.count, head: head)
             shards[ObjectIdentifier(loop)] = shard
             ordered.append(shard)
         }
@@ -106,10 +107,10 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// that must not overtake the broadcasts before them.
     struct OrderState {
         var orderer: SequenceOrderer<BroadcastFrame>
-        /// The highest seq handed to `publishBroadcast` so far.
+        /// The highest seq handed to the orderer so far.
         var highestAccepted: UInt64
         /// Deliveries waiting until every seq up to `after` has been released.
-        var deferred: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
+        var deferred: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
         /// Broadcasts released so far.
         var released = 0
     }
@@ -155,8 +156,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 
     /// Registers a session in its loop's shard and returns the seq it starts after.
     func register(_ session: SessionHandler<Codec>) -> UInt64 {
-        directory.withLockedValue { $0[session.id] = SessionEntry(loop: session.loop, uuid: session.uuid) }
         guard let shard = shard(for: session.loop) else { return seq }
+        directory.withLockedValue { $0[session.id] = SessionEntry(shard: shard.index, uuid: session.uuid) }
         shard.sessions[session.id] = session
         return shard.lastSeq
     }
@@ -181,41 +182,123 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 
     // MARK: EventSink
 
-    public func deliver(_ event: Event, scope: Scope, origin: Origin) {
-        let name = event.name
-        guard let typeIndex = codec.catalog.index(of: name) else { return }
-        switch scope {
-        case .broadcast(let seq):
-            let body = codec.encodeBody(event)
-            let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, body: body)
-            let originCopy =
-                origin.correlation == nil
-                ? plain : OutboundFrame.event(seq: seq, type: name, correlation: origin.correlation, body: body)
-            publishBroadcast(
-                BroadcastFrame(
-                    seq: seq,
-                    typeIndex: typeIndex,
-                    plain: plain,
-                    origin: origin.session,
-                    originCopy: originCopy
+    /// Hands everything a batch caused to the loops: each broadcast encoded once, each reply to
+    /// its requester's loop, copies to monitors, and a notice per answered request. Each loop
+    /// gets the whole batch as one unit of work, in order.
+    public func deliver(_ deliveries: [Delivery<Event>], answering requests: [Origin]) {
+        let monitors = monitorCount.withLockedValue { $0 } > 0
+        // Where each requester lives, and (for monitors' copies) its public id: one look-up.
+        var routes: [SessionID: (shard: Int, uuid: String)] = [:]
+        directory.withLockedValue { directory in
+            for origin in requests where routes[origin.session] == nil {
+                if let entry = directory[origin.session] { routes[origin.session] = (entry.shard, entry.uuid) }
+            }
+        }
+        var work: [Work] = []
+        work.reserveCapacity(deliveries.count + requests.count)
+        for delivery in deliveries {
+            let name = delivery.event.name
+            guard let typeIndex = codec.catalog.index(of: name) else { continue }
+            let origin = delivery.origin
+            var body: EncodedBody?
+            switch delivery.scope {
+            case .broadcast(let seq):
+                let encoded = codec.encodeBody(delivery.event)
+                body = encoded
+                let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, body: encoded)
+                let originCopy =
+                    origin.correlation == nil
+                    ? plain : OutboundFrame.event(seq: seq, type: name, correlation: origin.correlation, body: encoded)
+                work.append(
+                    .broadcast(
+                        BroadcastFrame(
+                            seq: seq,
+                            typeIndex: typeIndex,
+                            plain: plain,
+                            origin: origin.session,
+                            originCopy: originCopy
+                        )
+                    )
                 )
+            case .reply:
+                let encoded = codec.encodeBody(delivery.event)
+                body = encoded
+                let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: encoded)
+                if let route = routes[origin.session] {
+                    work.append(.item(shard: route.shard, .reply(origin.session, frame, typeIndex: typeIndex)))
+                }
+            case .internal:
+                break
+            }
+            guard monitors else { continue }
+            let copy = OutboundFrame.event(
+                seq: nil,
+                type: name,
+                correlation: nil,
+                session: routes[origin.session]?.uuid ?? "",
+                body: body ?? codec.encodeBody(delivery.event)
             )
-        case .reply:
-            let body = codec.encodeBody(event)
-            let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: body)
-            if let entry = directory.withLockedValue({ $0[origin.session] }),
-                let shard = self.shard(for: entry.loop)
-            {
-                post(to: shard) {
-                    guard let session = shard.sessions[origin.session] else { return }
-                    shard.framesOut[typeIndex] += 1
-                    session.deliverReply(frame)
+            for shard in orderedShards.indices {
+                work.append(.item(shard: shard, .monitor(copy, typeIndex: typeIndex, except: origin.session)))
+            }
+        }
+        for origin in requests {
+            if let route = routes[origin.session] { work.append(.item(shard: route.shard, .answered(origin.session))) }
+        }
+        hand(work)
+    }
+
+    /// A piece of a batch on its way to the loops.
+    enum Work {
+        case broadcast(BroadcastFrame)
+        case item(shard: Int, Shard<Codec>.InboxItem)
+    }
+
+    /// Puts the work in order under the order lock and posts each loop its part at once.
+    private func hand(_ work: [Work]) {
+        order.withLockedValue { state in
+            var parts = Array(repeating: [Shard<Codec>.InboxItem](), count: orderedShards.count)
+            for piece in work {
+                switch piece {
+                case .broadcast(let frame):
+                    accept(frame, into: &parts, state: &state)
+                case .item(let shard, let item):
+                    if state.highestAccepted < state.orderer.next {
+                        parts[shard].append(item)
+                    } else {
+                        state.deferred.append((state.highestAccepted, shard, item))
+                    }
                 }
             }
-            copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: body)
-        case .internal:
-            copyToMonitors(event, typeIndex: typeIndex, origin: origin, body: nil)
+            // Posted under the lock, so every loop receives broadcasts in seq order.
+            for (index, part) in parts.enumerated() where !part.isEmpty { orderedShards[index].post(part) }
         }
+    }
+
+    /// Puts a broadcast in seq order; what it releases (with the deliveries that waited for
+    /// it) joins each loop's part. When a seq arrives twice, the copy that has an origin (the
+    /// requester's `re` copy) wins.
+    private func accept(_ frame: BroadcastFrame, into parts: inout [[Shard<Codec>.InboxItem]], state: inout OrderState)
+    {
+        state.highestAccepted = max(state.highestAccepted, frame.seq)
+        let released = state.orderer.accept(
+            seq: frame.seq,
+            frame,
+            replaces: { held in frame.origin != nil || held.origin == nil }
+        )
+        guard !released.isEmpty else { return }
+        state.released += released.count
+        // Each loop gets bytes of its own: sharing one buffer would have every core bump the
+        // same reference count once per subscriber.
+        for index in parts.indices {
+            for frame in released { parts[index].append(.broadcast(index == 0 ? frame : frame.withOwnBytes())) }
+        }
+        guard let first = state.deferred.first, first.after < state.orderer.next else { return }
+        var kept: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
+        for entry in state.deferred {
+            if entry.after < state.orderer.next { parts[entry.shard].append(entry.item) } else { kept.append(entry) }
+        }
+        state.deferred = kept
     }
 
     /// Publishes broadcasts read from the journal (another daemon's, sharing the database) as
@@ -223,6 +306,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// so every client gets the same frame as the other daemon's clients. They merge with local
     /// broadcasts in seq order; a seq already handed over is dropped.
     public func publishJournal(_ entries: [JournalEntry]) {
+        var work: [Work] = []
         for entry in entries {
             guard let typeIndex = codec.catalog.index(of: entry.type) else { continue }
             let plain = OutboundFrame.event(
@@ -231,78 +315,23 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 correlation: nil,
                 body: .payload(entry.payload)
             )
-            publishBroadcast(
-                BroadcastFrame(seq: entry.seq, typeIndex: typeIndex, plain: plain, origin: nil, originCopy: plain)
+            work.append(
+                .broadcast(
+                    BroadcastFrame(seq: entry.seq, typeIndex: typeIndex, plain: plain, origin: nil, originCopy: plain)
+                )
             )
         }
-    }
-
-    /// Hands a broadcast to the fan-out once every broadcast before it has been handed over.
-    /// When a seq waits twice, the copy that has an origin (the requester's `re` copy) wins.
-    func publishBroadcast(_ frame: BroadcastFrame) {
-        order.withLockedValue { state in
-            state.highestAccepted = max(state.highestAccepted, frame.seq)
-            let released = state.orderer.accept(
-                seq: frame.seq,
-                frame,
-                replaces: { held in frame.origin != nil || held.origin == nil }
-            )
-            guard !released.isEmpty else { return }
-            state.released += released.count
-            defer { releaseDeferred(&state) }
-            // Submitted under the lock so every loop receives broadcasts in seq order. Each loop
-            // gets bytes of its own: sharing one buffer would have every core bump the same
-            // reference count once per subscriber.
-            for (index, shard) in orderedShards.enumerated() {
-                shard.post(index == 0 ? released : released.map { $0.withOwnBytes() })
-            }
-        }
-    }
-
-    /// Runs `body` on `shard`'s loop after every broadcast handed over before it, including
-    /// those still held back for an earlier seq: a reply never overtakes the broadcasts of the
-    /// requests its session sent before.
-    private func post(to shard: Shard<Codec>, _ body: @escaping @Sendable () -> Void) {
-        order.withLockedValue { state in
-            if state.highestAccepted < state.orderer.next {
-                shard.post(body)
-            } else {
-                state.deferred.append((state.highestAccepted, shard, body))
-            }
-        }
-    }
-
-    /// Posts the deferred deliveries whose broadcasts have all been released (under the lock).
-    private func releaseDeferred(_ state: inout OrderState) {
-        guard let first = state.deferred.first, first.after < state.orderer.next else { return }
-        var kept: [(after: UInt64, shard: Shard<Codec>, run: @Sendable () -> Void)] = []
-        for item in state.deferred {
-            if item.after < state.orderer.next { item.shard.post(item.run) } else { kept.append(item) }
-        }
-        state.deferred = kept
-    }
-
-    private func copyToMonitors(_ event: Event, typeIndex: Int, origin: Origin, body: EncodedBody?) {
-        guard monitorCount.withLockedValue({ $0 }) > 0 else { return }
-        let uuid = directory.withLockedValue { $0[origin.session]?.uuid }
-        let frame = OutboundFrame.event(
-            seq: nil,
-            type: event.name,
-            correlation: nil,
-            session: uuid ?? "",
-            body: body ?? codec.encodeBody(event)
-        )
-        for shard in orderedShards {
-            post(to: shard) { shard.copyToMonitors(frame, typeIndex: typeIndex, except: origin.session) }
-        }
+        hand(work)
     }
 
     /// Sends every session a control frame (used for `draining`).
     func sendToAll(_ make: @escaping @Sendable () -> ByteBuffer) {
         for shard in orderedShards {
-            shard.loop.execute {
-                for session in shard.sessions.values { session.deliverControl(make()) }
-            }
+            shard.post([
+                .run {
+                    for session in shard.sessions.values { session.deliverControl(make()) }
+                }
+            ])
         }
     }
 
@@ -350,17 +379,27 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 /// The sessions of one event loop. Invariant: every stored property is read and written only
 /// on `loop`, which is why it may be shared across threads.
 final class Shard<Codec: EventCodec>: @unchecked Sendable {
+    /// The place of this loop in the hub's list.
+    let index: Int
     let loop: any EventLoop
     /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
     /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
     /// the loop empties it on its next turn, and what is in it was committed already.
     private let inbox = NIOLockedValueBox<(items: [InboxItem], scheduled: Bool)>(([], false))
 
-    enum InboxItem {
+    enum InboxItem: Sendable {
         case broadcast(BroadcastFrame)
-        /// A reply or a monitor's copy, in its place among the broadcasts.
+        /// A reply for one session, in its place among the broadcasts.
+        case reply(SessionID, ByteBuffer, typeIndex: Int)
+        /// A copy for every monitor subscribed to the type but the session that caused it.
+        case monitor(ByteBuffer, typeIndex: Int, except: SessionID)
+        /// One request of the session has had every answer.
+        case answered(SessionID)
+        /// Anything else that must keep its place (a control frame to everyone).
         case run(@Sendable () -> Void)
     }
+    /// Sessions written to during the current pass over the inbox, flushed once at its end.
+    private var touched: [SessionHandler<Codec>] = []
     var sessions: [SessionID: SessionHandler<Codec>] = [:]
     private var byType: [[SessionID: SessionHandler<Codec>]]
     private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
@@ -373,7 +412,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     var requestsIn: [Int]
     private(set) var fanOutLatency = LatencyHistogram()
 
-    init(loop: any EventLoop, typeCount: Int, head: UInt64) {
+    init(index: Int, loop: any EventLoop, typeCount: Int, head: UInt64) {
+        self.index = index
         self.loop = loop
         self.byType = Array(repeating: [:], count: typeCount)
         self.monitorsByType = Array(repeating: [:], count: typeCount)
@@ -409,17 +449,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         }
     }
 
-    /// Appends broadcasts to the inbox (from any thread; callers keep seq order).
-    func post(_ frames: [BroadcastFrame]) {
-        append(frames.map { .broadcast($0) })
-    }
-
-    /// Appends a delivery to run on the loop in its place among the broadcasts.
-    func post(_ body: @escaping @Sendable () -> Void) {
-        append([.run(body)])
-    }
-
-    private func append(_ items: [InboxItem]) {
+    /// Appends a batch's items to the inbox (from any thread; callers keep their order).
+    func post(_ items: [InboxItem]) {
         let schedule = inbox.withLockedValue { inbox -> Bool in
             inbox.items.append(contentsOf: items)
             if inbox.scheduled { return false }
@@ -429,8 +460,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         if schedule { loop.execute { self.emptyInbox() } }
     }
 
-    /// Fans out each run of consecutive broadcasts together, and runs the other deliveries
-    /// between them in order.
+    /// Fans out each run of consecutive broadcasts together and delivers the other items
+    /// between them in order, then flushes every connection written to once, and only then
+    /// tells sessions which requests are answered (they may go on with frames held back).
     private func emptyInbox() {
         let items = inbox.withLockedValue { inbox -> [InboxItem] in
             inbox.scheduled = false
@@ -439,19 +471,39 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             return items
         }
         var run: [BroadcastFrame] = []
+        var answered: [SessionID] = []
         for item in items {
-            switch item {
-            case .broadcast(let frame):
+            if case .broadcast(let frame) = item {
                 run.append(frame)
-            case .run(let body):
-                if !run.isEmpty {
-                    fanOut(run)
-                    run = []
+                continue
+            }
+            if !run.isEmpty {
+                fanOut(run)
+                run = []
+            }
+            switch item {
+            case .broadcast:
+                break
+            case .reply(let id, let frame, let typeIndex):
+                guard let session = sessions[id] else { continue }
+                framesOut[typeIndex] += 1
+                if session.enqueueReply(frame) { touched.append(session) }
+            case .monitor(let frame, let typeIndex, let except):
+                for (id, session) in monitorsByType[typeIndex] where id != except {
+                    framesOut[typeIndex] += 1
+                    if session.enqueueReply(frame) { touched.append(session) }
                 }
+            case .answered(let id):
+                answered.append(id)
+            case .run(let body):
                 body()
             }
         }
         if !run.isEmpty { fanOut(run) }
+        let flushing = touched
+        touched = []
+        for session in flushing { session.flushPending() }
+        for id in answered { sessions[id]?.requestAnswered() }
     }
 
     func fanOut(_ frames: [BroadcastFrame]) {
@@ -475,19 +527,17 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         var written = 0
         for (id, session) in subscribers where !origins.contains(id) {
             written += frames.count
-            if session.enqueueBroadcastRun(run, frames: frames) { session.flushBroadcasts() }
+            if session.enqueueBroadcastRun(run, frames: frames) { touched.append(session) }
         }
         // A session that caused some of them gets its own copies (with `re`) in their place.
         for origin in origins {
             guard let session = sessions[origin] else { continue }
             let subscribed = subscribers[origin] != nil
-            var queued = false
             for frame in frames where subscribed || frame.origin == origin {
                 let bytes = frame.origin == origin ? frame.originCopy : frame.plain
                 written += 1
-                if session.enqueueBroadcast(bytes, seq: frame.seq) { queued = true }
+                if session.enqueueBroadcast(bytes, seq: frame.seq) { touched.append(session) }
             }
-            if queued { session.flushBroadcasts() }
         }
         framesOut[first.typeIndex] += written
         recordLatency(frames)
@@ -502,7 +552,6 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     }
 
     private func fanOutOneByOne(_ frames: [BroadcastFrame]) {
-        var touched: [SessionHandler<Codec>] = []
         for frame in frames {
             lastSeq = frame.seq
             let subscribers = byType[frame.typeIndex]
@@ -517,14 +566,6 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             }
             framesOut[frame.typeIndex] += written
         }
-        for session in touched { session.flushBroadcasts() }
         recordLatency(frames)
-    }
-
-    func copyToMonitors(_ frame: ByteBuffer, typeIndex: Int, except origin: SessionID) {
-        for (id, session) in monitorsByType[typeIndex] where id != origin {
-            framesOut[typeIndex] += 1
-            session.deliverControl(frame)
-        }
     }
 }

@@ -44,7 +44,7 @@ public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
         configuration.maxConnectionsPerIP = subscribers + 1
         let services = RelayServices<Codec>(
             hub: hub,
-            publish: { _, _ in },
+            submit: { _, _ in false },
             journal: EmptyJournal(),
             settings: RelaySettings(configuration: configuration, auth: AuthConfiguration()),
             logger: Logger(label: "probe", factory: { _ in SwiftLogNoOpLogHandler() })
@@ -69,7 +69,10 @@ public final class FanOutProbe<Codec: EventCodec>: @unchecked Sendable {
     /// written.
     public func broadcast(_ event: Codec.Event) {
         seq += 1
-        hub.deliver(event, scope: .broadcast(seq: seq), origin: Origin(session: SessionID(0), correlation: nil))
+        hub.deliver(
+            [Delivery(event, .broadcast(seq: seq), Origin(session: SessionID(0), correlation: nil))],
+            answering: []
+        )
         loop.run()
     }
 

@@ -97,7 +97,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     public init(
         hub: Hub<Codec>,
         settings: RelaySettings,
-        publish: @escaping @Sendable (Codec.Event, Origin) async -> Void,
+        submit: @escaping @Sendable (Codec.Event, Origin) -> Bool,
         journal: any JournalReader,
         listeners: ListenerConfiguration,
         tlsContext: NIOSSLContext? = nil,
@@ -108,7 +108,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     ) {
         self.hub = hub
         self.settings = settings
-        self.services = RelayServices(hub: hub, publish: publish, journal: journal, settings: settings, logger: logger)
+        self.services = RelayServices(hub: hub, submit: submit, journal: journal, settings: settings, logger: logger)
         self.listeners = listeners
         self.group = group
         self.deflateCodecs = DeflateCodecs(group: group)

@@ -24,7 +24,8 @@ public final class RelaySettings: Sendable {
 /// What every session of a relay shares.
 struct RelayServices<Codec: EventCodec>: Sendable {
     let hub: Hub<Codec>
-    let publish: @Sendable (Codec.Event, Origin) async -> Void
+    /// Hands a request to the sequencer; false when it refused (full or stopping).
+    let submit: @Sendable (Codec.Event, Origin) -> Bool
     let journal: any JournalReader
     let settings: RelaySettings
     let logger: Logger

@@ -8,12 +8,13 @@ import NIOTLS
 /// One client connection, on any transport: parses its frames, keeps its subscriptions and
 /// role, runs its requests in order, and owns its bounded outbound queue.
 ///
-/// Everything here runs on the connection's event loop. Requests go to the bus in a task; the
-/// session reads ahead at most `maxPipelinedFrames` frames meanwhile, then stops reading.
-/// Consecutive requests overlap (at most `maxPipelinedFrames` in flight), so that one client's
-/// writes share group commits; their effects and answers stay in request order (see
-/// `RequestTicket`). Anything else (a control op, a frame answered with an error) waits until
-/// every request in flight has finished.
+/// Everything here runs on the connection's event loop. The session only parses, validates
+/// and authorises frames; a valid request goes to the sequencer, which answers the requests
+/// of every connection in arrival order, a batch at a time. Consecutive requests overlap (at
+/// most `maxPipelinedFrames` in flight), so one client's writes share commits; their answers
+/// come back in request order. Anything else (a control op, a frame answered with an error)
+/// waits until every request in flight has been answered, and the session reads ahead at most
+/// `maxPipelinedFrames` frames meanwhile, then stops reading.
 final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     typealias InboundIn = FrameEvent
     typealias OutboundIn = ByteBuffer
@@ -56,11 +57,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var inbound = CircularBuffer<FrameEvent>()
     /// A resume is running: nothing else is handled until it ends.
     private var busy = false
-    /// Requests on the bus, and the newest one's task and admission (the next one's
-    /// predecessor; see `RequestTicket`).
+    /// Requests handed to the sequencer and not yet answered.
     private var requestsInFlight = 0
-    private var newestRequest: (number: UInt64, task: Task<Void, Never>, admission: RequestGate)?
-    private var requestNumber: UInt64 = 0
     /// The first queued frame was found unable to join the requests in flight: it waits until
     /// they have finished (and is not parsed again meanwhile).
     private var headWaits = false
@@ -235,14 +233,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 headWaits = false
                 handle(next)
             } else if requestsInFlight < maxInFlight, !headWaits {
-                // A frame that cannot join the requests in flight is parsed once, then waits.
-                guard let request = pipelinable(next) else {
+                // A frame that cannot join the requests in flight is parsed once, then waits
+                // (so does one the sequencer has no room for: it is tried again, in order, once
+                // the requests in flight are answered).
+                guard let request = pipelinable(next), submit(request) else {
                     headWaits = true
                     break
                 }
                 inbound.removeFirst()
                 shard?.framesIn += 1
-                startRequest(request)
             } else {
                 break
             }
@@ -379,33 +378,27 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func startRequest(_ request: PreparedRequest) {
-        if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
-        flush()
-        requestsInFlight += 1
-        requestNumber += 1
-        let number = requestNumber
-        let event = request.event
-        let origin = Origin(session: id, correlation: request.re)
-        let publish = services.publish
-        let bound = NIOLoopBound(self, eventLoop: loop)
-        let loop = self.loop
-        let admission = RequestGate()
-        let ticket = RequestTicket(
-            predecessor: newestRequest?.task,
-            predecessorAdmission: newestRequest?.admission,
-            admission: admission
-        )
-        let task = Task {
-            await RequestTicket.$current.withValue(ticket) { await publish(event, origin) }
-            admission.open()
-            loop.execute { bound.value.requestFinished(number) }
+        guard submit(request) else {
+            sendError(
+                .unavailable,
+                "The daemon has too many requests waiting; nothing was applied. Try again shortly.",
+                request.re
+            )
+            return
         }
-        newestRequest = (number, task, admission)
     }
 
-    private func requestFinished(_ number: UInt64) {
+    /// Hands a request to the sequencer; false (nothing done) when it has no room.
+    private func submit(_ request: PreparedRequest) -> Bool {
+        guard services.submit(request.event, Origin(session: id, correlation: request.re)) else { return false }
+        if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
+        requestsInFlight += 1
+        return true
+    }
+
+    /// One request has had every answer (called by the shard after writing them).
+    func requestAnswered() {
         requestsInFlight -= 1
-        if newestRequest?.number == number { newestRequest = nil }
         drain()
     }
 
@@ -632,14 +625,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     // MARK: Outbound (called by the hub on this loop)
 
-    /// Queues a broadcast; returns true when the caller should call `flushBroadcasts` later.
+    /// Queues a broadcast; returns true when the caller should call `flushPending` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
         guard !closing else { return false }
         if hold(frame, seq: seq) { return false }
         write(frame)
-        if fanOutPending { return false }
-        fanOutPending = true
-        return true
+        return markPending()
     }
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
@@ -655,18 +646,27 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         } else {
             for frame in frames { write(frame.plain) }
         }
+        return markPending()
+    }
+
+    /// Queues a reply (or a monitor's copy); returns true like `enqueueBroadcast`.
+    func enqueueReply(_ frame: ByteBuffer) -> Bool {
+        guard !closing else { return false }
+        if hold(frame, seq: nil) { return false }
+        write(frame)
+        return markPending()
+    }
+
+    private func markPending() -> Bool {
         if fanOutPending { return false }
         fanOutPending = true
         return true
     }
 
-    func flushBroadcasts() {
+    /// Flushes what the shard queued during its pass (one write for the whole batch).
+    func flushPending() {
         fanOutPending = false
         flush()
-    }
-
-    func deliverReply(_ frame: ByteBuffer) {
-        deliverControl(frame)
     }
 
     func deliverControl(_ frame: ByteBuffer) {

@@ -3,7 +3,9 @@ import EventStream
 /// The seed's ModelServer: answers model-layer requests from the store.
 ///
 /// `RequestReadTodos` → `ResponseTodos`; `RequestWriteTodo` → `ResponseTodo` (once committed).
-public struct ModelServer: EventServer {
+/// It answers a whole batch at once: the store applies the batch's reads and writes in order
+/// (a read sees the writes before it) and commits the writes in one transaction.
+public struct ModelServer: BatchServer {
     public let store: any TodoStore
 
     public init(store: any TodoStore) { self.store = store }
@@ -12,24 +14,33 @@ public struct ModelServer: EventServer {
         [Event.Kind.requestReadTodos.rawValue, Event.Kind.requestWriteTodo.rawValue]
     }
 
-    public func handle(_ event: Event) async -> [Emission<Event>] {
-        switch event {
-        case .requestReadTodos(let read):
-            // A pipelined read sees the writes its session sent before it (see `RequestTicket`).
-            await RequestTicket.current?.awaitPredecessor()
-            let result: Result<[Todo], AppError>
-            do {
-                result = .success(try await store.readTodos(id: read.id))
-            } catch {
-                result = .failure(error)
+    public func handle(batch: [Event]) async -> [[Emission<Event>]] {
+        var requests: [ModelRequest] = []
+        var positions: [Int?] = []
+        requests.reserveCapacity(batch.count)
+        for event in batch {
+            switch event {
+            case .requestReadTodos(let read):
+                positions.append(requests.count)
+                requests.append(.read(read))
+            case .requestWriteTodo(let write):
+                positions.append(requests.count)
+                requests.append(.write(write))
+            default:
+                positions.append(nil)
             }
-            return [Emission(.responseTodos(read, result), .internal)]
-        case .requestWriteTodo(let write):
-            // Writes reach the store in the order their session sent them.
-            await RequestTicket.current?.awaitPredecessorAdmitted()
-            return [Emission(.responseTodo(write, await store.write(write)), .internal)]
-        default:
-            return []
+        }
+        let answers = requests.isEmpty ? [] : await store.execute(requests)
+        return zip(batch, positions).map { event, position in
+            guard let position, position < answers.count else { return [] }
+            switch (event, answers[position]) {
+            case (.requestReadTodos(let read), .read(let result)):
+                return [Emission(.responseTodos(read, result), .internal)]
+            case (.requestWriteTodo(let write), .write(let result)):
+                return [Emission(.responseTodo(write, result), .internal)]
+            default:
+                return []
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ public struct ViewModelServer: EventServer {
         return Set(kinds.map(\.rawValue))
     }
 
-    public func handle(_ event: Event) async -> [Emission<Event>] {
+    public func handle(_ event: Event) -> [Emission<Event>] {
         switch event {
         case .requestTodoViewModels:
             return [Emission(.requestReadTodos(ReadTodos(id: nil, purpose: .list)), .internal)]

@@ -2,14 +2,12 @@ import EventStream
 import Foundation
 import TodoApp
 
-/// The todo store: todos cached in memory, every write committed durably through a backend in
-/// group commits.
+/// The todo store: todos held in memory, every write committed durably through a backend, one
+/// transaction per batch.
 ///
-/// Writes queue up while a batch commits; the next batch takes all of them at once (up to
-/// `maxBatch`), so many concurrent writes cost one transaction. Each write is applied to the
-/// stored todo as it will be after the writes before it in the batch, gets the next seq, and
-/// is answered only after its batch commits. A failed commit answers every write of the batch
-/// with `unavailable` and changes nothing.
+/// The sequencer hands it a whole batch of reads and writes (`execute`); each write is applied
+/// to the stored todo as the writes before it in the batch left it, gets the next seq, and is
+/// answered only after the batch commits. A failed commit changes nothing.
 public actor GroupCommitStore: TodoStore, JournalReader {
     private let backend: any StorageBackend
     private let now: @Sendable () -> Timestamp
@@ -18,13 +16,17 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var nextRowID: Int64 = 1
     private var epoch: String
     private var head: UInt64
-    /// Not bounded here: each session has at most `max_pipelined_frames` requests in flight.
-    private var queue: WriteQueue
     private var healthy = true
+    /// A batch is being executed; `waiting` are the batches queued behind it.
+    private var executing = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var commitLatency = LatencyHistogram()
+    private var commitsSincePrune = 0
+    /// A journal prune rides along with every this-many commits.
+    static let commitsPerPrune = 64
 
-    init(backend: any StorageBackend, state: LoadedState, maxBatch: Int, now: @escaping @Sendable () -> Timestamp) {
+    init(backend: any StorageBackend, state: LoadedState, now: @escaping @Sendable () -> Timestamp) {
         self.backend = backend
-        self.queue = WriteQueue(maxBatch: maxBatch)
         self.now = now
         self.epoch = state.position.epoch
         self.head = state.position.head
@@ -40,12 +42,95 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     public var count: Int { todos.count }
 
     /// Commit latency (one observation per group commit), and the writes waiting for the
-    /// next commit.
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { queue.metrics }
+    /// next commit (none: the sequencer hands over one batch at a time).
+    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, 0) }
 
-    public func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
-        if let id { return todos[id].map { [$0.todo] } ?? [] }
-        return todos.values
+    /// Applies the batch in order against the todos as the batch leaves them, commits every
+    /// write in one transaction, and answers only then. A failed commit changes nothing: its
+    /// writes answer `unavailable` and its reads answer from what is stored.
+    public func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] {
+        // One batch at a time: the next one stages on what this one commits. (The sequencer
+        // never overlaps batches; other callers, such as tests, may.)
+        if executing {
+            await withCheckedContinuation { waiting.append($0) }
+        }
+        executing = true
+        defer {
+            if waiting.isEmpty {
+                executing = false
+            } else {
+                // Handed straight to the next batch: `executing` stays true.
+                waiting.removeFirst().resume()
+            }
+        }
+        let time = now()
+        var staged: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        var rowID = nextRowID
+        var seq = head
+        var records: [CommitRecord] = []
+        var answers: [ModelAnswer] = []
+        answers.reserveCapacity(batch.count)
+        for request in batch {
+            switch request {
+            case .read(let read):
+                answers.append(.read(.success(todos(id: read.id, staged: staged))))
+            case .write(let write):
+                let stored = staged[write.id] ?? todos[write.id]
+                switch write.apply(to: stored?.todo, now: time) {
+                case .success(let todo):
+                    let row: Int64
+                    if let stored {
+                        row = stored.rowID
+                    } else {
+                        row = rowID
+                        rowID += 1
+                    }
+                    seq += 1
+                    let record = TodoWireCodec.broadcastRecord(for: todo)
+                    records.append(
+                        CommitRecord(
+                            rowID: row,
+                            todo: todo,
+                            entry: JournalEntry(seq: seq, type: record.type, payload: record.payload)
+                        )
+                    )
+                    staged[todo.id] = (row, todo)
+                    answers.append(.write(.success(SavedTodo(todo: todo, seq: seq))))
+                case .failure(let error):
+                    answers.append(.write(.failure(error)))
+                }
+            }
+        }
+        guard !records.isEmpty else { return answers }
+        let prune = pruneDue()
+        let started = ContinuousClock.now
+        do {
+            try await backend.commit(records, prune: prune)
+            commitLatency.record(ContinuousClock.now - started)
+            healthy = true
+            for (id, entry) in staged { todos[id] = entry }
+            nextRowID = rowID
+            head = seq
+            return answers
+        } catch {
+            commitLatency.record(ContinuousClock.now - started)
+            healthy = false
+            return zip(batch, answers).map { request, answer in
+                switch (request, answer) {
+                case (.read(let read), _): return .read(.success(todos(id: read.id, staged: [:])))
+                case (_, .write(.success)): return .write(.failure(.unavailable))
+                default: return answer
+                }
+            }
+        }
+    }
+
+    /// The todos a read sees: `staged` over what is committed.
+    private func todos(id: UUID?, staged: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
+        if let id { return (staged[id] ?? todos[id]).map { [$0.todo] } ?? [] }
+        var all = todos
+        for (id, entry) in staged { all[id] = entry }
+        return all.values
             .sorted { lhs, rhs in
                 lhs.todo.createdAt != rhs.todo.createdAt
                     ? lhs.todo.createdAt > rhs.todo.createdAt : lhs.rowID > rhs.rowID
@@ -53,69 +138,12 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             .map(\.todo)
     }
 
-    public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
-        let ticket = RequestTicket.current
-        return await withCheckedContinuation { continuation in
-            if queue.enqueue(write, continuation, ticket: ticket) { Task { await self.commitLoop() } }
-        }
-    }
-
-    private func commitLoop() async {
-        while let batch = queue.nextBatch() { await commit(batch) }
-    }
-
-    private func commit(_ batch: [(write: TodoWrite, answer: WriteQueue.Answer)]) async {
-        let time = now()
-        var staged: [UUID: (rowID: Int64, todo: Todo)] = [:]
-        var rowID = nextRowID
-        var seq = head
-        var records: [CommitRecord] = []
-        var results: [Result<SavedTodo, AppError>] = []
-        for item in batch {
-            let stored = staged[item.write.id] ?? todos[item.write.id]
-            switch item.write.apply(to: stored?.todo, now: time) {
-            case .success(let todo):
-                let row: Int64
-                if let stored {
-                    row = stored.rowID
-                } else {
-                    row = rowID
-                    rowID += 1
-                }
-                seq += 1
-                let record = TodoWireCodec.broadcastRecord(for: todo)
-                records.append(
-                    CommitRecord(
-                        rowID: row,
-                        todo: todo,
-                        entry: JournalEntry(seq: seq, type: record.type, payload: record.payload)
-                    )
-                )
-                staged[todo.id] = (row, todo)
-                results.append(.success(SavedTodo(todo: todo, seq: seq)))
-            case .failure(let error):
-                results.append(.failure(error))
-            }
-        }
-        if !records.isEmpty {
-            let prune = queue.pruneDue()
-            let started = ContinuousClock.now
-            defer { queue.recordCommit(since: started) }
-            do {
-                try await backend.commit(records, prune: prune)
-                healthy = true
-                for (id, entry) in staged { todos[id] = entry }
-                nextRowID = rowID
-                head = seq
-            } catch {
-                healthy = false
-                results = results.map { result in
-                    if case .success = result { return .failure(.unavailable) }
-                    return result
-                }
-            }
-        }
-        for (item, result) in zip(batch, results) { item.answer.resume(returning: result) }
+    /// Counts a commit; true when this one should also prune the journal.
+    private func pruneDue() -> Bool {
+        commitsSincePrune += 1
+        guard commitsSincePrune >= Self.commitsPerPrune else { return false }
+        commitsSincePrune = 0
+        return true
     }
 
     // MARK: JournalReader

@@ -64,13 +64,12 @@ final class InMemoryBackend: StorageBackend {
 extension GroupCommitStore {
     /// A store that keeps everything in memory.
     public static func inMemory(
-        maxBatch: Int = 256,
         retention: JournalRetention = JournalRetention(),
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async -> (GroupCommitStore, InMemoryFaults) {
         let backend = InMemoryBackend(retention: retention)
         let state = LoadedState(todos: [], position: JournalPosition(epoch: backend.epoch, head: 0, oldest: 1))
-        let store = GroupCommitStore(backend: backend, state: state, maxBatch: maxBatch, now: now)
+        let store = GroupCommitStore(backend: backend, state: state, now: now)
         return (store, InMemoryFaults(backend: backend))
     }
 }

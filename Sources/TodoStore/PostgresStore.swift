@@ -31,8 +31,11 @@ public actor PostgresStore: ServedStore {
 
     private var clientTask: Task<Void, Never>?
     private var follower: JournalFollower?
-    private var queue: WriteQueue
-    /// `close` waiting for the commit loop to finish.
+    private var commitLatency = LatencyHistogram()
+    private var commitsSincePrune = 0
+    /// Batches being executed.
+    private var executing = 0
+    /// `close` waiting for the batches under way to finish.
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private var closed = false
 
@@ -41,8 +44,6 @@ public actor PostgresStore: ServedStore {
         clientTask: Task<Void, Never>,
         connector: PostgresConnector,
         epoch: String,
-        maxBatch: Int,
-        maxPending: Int,
         retention: JournalRetention,
         eventLoopGroup: any EventLoopGroup,
         logger: Logger,
@@ -52,7 +53,6 @@ public actor PostgresStore: ServedStore {
         self.clientTask = clientTask
         self.connector = connector
         self.epoch = epoch
-        self.queue = WriteQueue(maxBatch: maxBatch, maxPending: max(maxBatch, maxPending))
         self.retention = retention
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
@@ -66,8 +66,6 @@ public actor PostgresStore: ServedStore {
     /// password.
     public static func open(
         settings: PostgresSettings,
-        maxBatch: Int = 256,
-        maxPending: Int = 16_384,
         retention: JournalRetention = JournalRetention(),
         startupTimeout: Duration = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -123,8 +121,6 @@ public actor PostgresStore: ServedStore {
             clientTask: clientTask,
             connector: connector,
             epoch: epoch,
-            maxBatch: maxBatch,
-            maxPending: maxPending,
             retention: retention,
             eventLoopGroup: eventLoopGroup,
             logger: logger,
@@ -148,11 +144,11 @@ public actor PostgresStore: ServedStore {
 
     public var isHealthy: Bool { health.isUp }
 
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { queue.metrics }
+    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, 0) }
 
     // MARK: Reads
 
-    public func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
+    func readStored(id: UUID?) async throws(AppError) -> [Todo] {
         let logger = self.logger
         let timeout = connector.settings.acquireTimeout
         do {
@@ -213,27 +209,55 @@ public actor PostgresStore: ServedStore {
         }
     }
 
-    // MARK: Writes
+    // MARK: Batches
 
-    public func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
-        guard !closed else { return .failure(.unavailable) }
-        guard queue.hasRoom else { return .failure(.unavailable) }
-        let ticket = RequestTicket.current
-        return await withCheckedContinuation { continuation in
-            if queue.enqueue(write, continuation, ticket: ticket) { Task { await self.commitLoop() } }
+    /// Runs the batch in order: each run of consecutive writes commits in one transaction
+    /// (versions checked and seqs taken inside it), each read goes to the database after the
+    /// writes before it committed.
+    public func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] {
+        guard !closed else {
+            return batch.map { request in
+                switch request {
+                case .read: return .read(.failure(.unavailable))
+                case .write: return .write(.failure(.unavailable))
+                }
+            }
         }
-    }
-
-    private func commitLoop() async {
-        while let batch = queue.nextBatch() {
-            let prune = queue.pruneDue()
+        executing += 1
+        defer {
+            executing -= 1
+            if executing == 0 {
+                for waiter in idleWaiters { waiter.resume() }
+                idleWaiters.removeAll()
+            }
+        }
+        var answers: [ModelAnswer] = []
+        answers.reserveCapacity(batch.count)
+        var index = 0
+        while index < batch.count {
+            if case .read(let read) = batch[index] {
+                do {
+                    answers.append(.read(.success(try await readStored(id: read.id))))
+                } catch {
+                    answers.append(.read(.failure(error)))
+                }
+                index += 1
+                continue
+            }
+            var writes: [TodoWrite] = []
+            while index < batch.count, case .write(let write) = batch[index] {
+                writes.append(write)
+                index += 1
+            }
+            commitsSincePrune += 1
+            let prune = commitsSincePrune >= GroupCommitStore.commitsPerPrune
+            if prune { commitsSincePrune = 0 }
             let started = ContinuousClock.now
-            let results = await commit(batch.map(\.write), time: now(), prune: prune)
-            queue.recordCommit(since: started)
-            for (item, result) in zip(batch, results) { item.answer.resume(returning: result) }
+            let results = await commit(writes, time: now(), prune: prune)
+            commitLatency.record(ContinuousClock.now - started)
+            answers.append(contentsOf: results.map { .write($0) })
         }
-        for waiter in idleWaiters { waiter.resume() }
-        idleWaiters.removeAll()
+        return answers
     }
 
     // MARK: JournalReader
@@ -305,8 +329,8 @@ public actor PostgresStore: ServedStore {
         guard !closed else { return }
         closed = true
         follower?.stop()
-        // Writes already queued are answered before the pool goes away.
-        if queue.committing {
+        // Batches under way are answered before the pool goes away.
+        if executing > 0 {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
         clientTask?.cancel()

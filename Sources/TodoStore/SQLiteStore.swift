@@ -12,7 +12,6 @@ extension GroupCommitStore {
     /// created or written.
     public static func sqlite(
         directory: String,
-        maxBatch: Int = 256,
         retention: JournalRetention = JournalRetention(),
         synchronousFull: Bool = true,
         threadPool: NIOThreadPool = .singleton,
@@ -44,7 +43,7 @@ extension GroupCommitStore {
             await backend.close()
             throw StoreError(message: "cannot read the database in data directory \(directory): \(error)")
         }
-        return GroupCommitStore(backend: backend, state: state, maxBatch: maxBatch, now: now)
+        return GroupCommitStore(backend: backend, state: state, now: now)
     }
 
     static func prepareDirectory(_ directory: String) throws {

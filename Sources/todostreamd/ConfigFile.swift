@@ -64,7 +64,8 @@ enum ConfigFile {
         "limits.socket_send_buffer_bytes": .int(0...(64 << 20)),
         "journal.max_entries": .int(1...1_000_000_000),
         "journal.max_age_seconds": .int(0...(10 * 365 * 86_400)),
-        "store.max_batch": .int(1...4096),
+        "store.max_batch": .int(1...65_536),
+        "store.max_queued_requests": .int(1...10_000_000),
         "store.synchronous": .choice(["full", "normal"]),
         "shutdown.drain_timeout_ms": .int(0...600_000),
         "shutdown.reconnect_after_ms": .int(0...600_000),
@@ -286,6 +287,7 @@ enum ConfigFile {
         if let value = int("journal.max_entries") { options.retention.maxEntries = UInt64(value) }
         if let value = int("journal.max_age_seconds") { options.retention.maxAgeSeconds = UInt64(value) }
         if let value = int("store.max_batch") { options.maxBatch = value }
+        if let value = int("store.max_queued_requests") { options.maxQueuedRequests = value }
         if let value = values["store.synchronous"] as? String { options.synchronousFull = value == "full" }
         if let value = int("shutdown.drain_timeout_ms") { options.relay.drainTimeoutMs = value }
         if let value = int("shutdown.reconnect_after_ms") { options.relay.drainReconnectAfterMs = value }

@@ -29,7 +29,8 @@ struct DaemonOptions: Sendable {
     }
 
     var dataDirectory: String = DaemonOptions.defaultDataDirectory
-    var storage: Storage = .sqlite
+    /// The engine as configured; nil when no setting names one (see `engine`).
+    var storage: Storage?
     /// `postgres://…`; holds a password: never logged.
     var postgresURL: String?
     var postgres = PostgresTuning()
@@ -52,6 +53,8 @@ struct DaemonOptions: Sendable {
     var devTLS = false
     var retention = JournalRetention()
     var maxBatch = 256
+    /// Requests waiting for the sequencer at most.
+    var maxQueuedRequests = 65_536
     var synchronousFull = true
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
     var environment: [String: String] = ProcessInfo.processInfo.environment
@@ -78,6 +81,7 @@ final class Daemon: Sendable {
     private let resolver: (@Sendable () throws -> DaemonOptions)?
     var options: DaemonOptions { currentOptions.withLockedValue { $0 } }
     let store: any ServedStore
+    let sequencer: Sequencer<Event>
     let relay: RelayServer<TodoWireCodec>
     let addresses: BoundAddresses
     let logger: Logger
@@ -89,6 +93,7 @@ final class Daemon: Sendable {
         options: DaemonOptions,
         resolver: (@Sendable () throws -> DaemonOptions)?,
         store: any ServedStore,
+        sequencer: Sequencer<Event>,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
         signals: [UnixSignal],
@@ -98,6 +103,7 @@ final class Daemon: Sendable {
         self.currentOptions = NIOLockedValueBox(options)
         self.resolver = resolver
         self.store = store
+        self.sequencer = sequencer
         self.relay = relay
         self.addresses = addresses
         self.logger = logger
@@ -110,10 +116,14 @@ final class Daemon: Sendable {
             probe: { [group, store, relay] in await Self.probe(group: group, store: store, relay: relay) },
             logger: logger
         )
-        // Shut down in reverse order: systemd hears STOPPING first, then the relay drains.
+        // Shut down in reverse order: systemd hears STOPPING first, then the relay drains, then
+        // the sequencer answers what is still queued.
         self.serviceGroup = ServiceGroup(
             configuration: .init(
-                services: [.init(service: relay), .init(service: systemd)],
+                services: [
+                    .init(service: SequencerService(sequencer: sequencer)), .init(service: relay),
+                    .init(service: systemd),
+                ],
                 gracefulShutdownSignals: signals,
                 logger: logger
             )
@@ -145,7 +155,15 @@ final class Daemon: Sendable {
         var loops: [any EventLoop] = []
         for loop in group.makeIterator() { loops.append(loop) }
         let hub = Hub(codec: TodoWireCodec(), epoch: position.epoch, head: position.head, loops: loops)
-        let bus = EventBus<Event>(servers: [ViewModelServer(), ModelServer(store: store)], sink: hub)
+        let capacity =
+            options.engine == .postgres
+            ? min(options.maxQueuedRequests, options.postgres.maxPendingWrites) : options.maxQueuedRequests
+        let sequencer = Sequencer<Event>(
+            bus: EventBus(servers: [ViewModelServer()], model: ModelServer(store: store)),
+            sink: hub,
+            capacity: capacity,
+            maxBatch: options.maxBatch
+        )
         // Other daemons' broadcasts (several daemons on one database) merge into the same order.
         await store.follow(after: position.head) { entries in hub.publishJournal(entries) }
 
@@ -182,7 +200,7 @@ final class Daemon: Sendable {
         let relay = RelayServer(
             hub: hub,
             settings: settings,
-            publish: { event, origin in await bus.publish(event, origin: origin) },
+            submit: { event, origin in sequencer.submit(event, origin: origin) },
             journal: store,
             listeners: options.listeners,
             tlsContext: tlsContext,
@@ -229,6 +247,7 @@ final class Daemon: Sendable {
             options: options,
             resolver: resolver,
             store: store,
+            sequencer: sequencer,
             relay: relay,
             addresses: addresses,
             signals: signals,
@@ -242,14 +261,21 @@ final class Daemon: Sendable {
         logger: Logger,
         group: any EventLoopGroup
     ) async throws -> any ServedStore {
-        switch options.storage {
+        switch options.engine {
         case .memory:
-            return await GroupCommitStore.inMemory(maxBatch: options.maxBatch, retention: options.retention).0
+            logger.notice("storage", metadata: ["engine": "memory", "database": "none (nothing is kept)"])
+            return await GroupCommitStore.inMemory(retention: options.retention).0
         case .sqlite:
+            logger.notice(
+                "storage",
+                metadata: [
+                    "engine": "sqlite",
+                    "database": "\((options.dataDirectory as NSString).appendingPathComponent("todostream.sqlite"))",
+                ]
+            )
             do {
                 return try await GroupCommitStore.sqlite(
                     directory: options.dataDirectory,
-                    maxBatch: options.maxBatch,
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
                     eventLoop: group.any(),
@@ -264,10 +290,10 @@ final class Daemon: Sendable {
                 settings.poolSize = options.postgres.poolSize
                 settings.acquireTimeout = options.postgres.timeout
                 settings.catchUpInterval = options.postgres.catchUpInterval
+                // The settings' description names host, port, database and user, never the password.
+                logger.notice("storage", metadata: ["engine": "postgres", "database": "\(settings)"])
                 return try await PostgresStore.open(
                     settings: settings,
-                    maxBatch: options.maxBatch,
-                    maxPending: options.postgres.maxPendingWrites,
                     retention: options.retention,
                     startupTimeout: options.postgres.startupTimeout,
                     eventLoopGroup: group,
@@ -281,8 +307,22 @@ final class Daemon: Sendable {
         }
     }
 
+    /// Whether `host` can only be reached from this machine: `localhost`, an IPv4 literal in
+    /// 127.0.0.0/8 (also IPv4-mapped), or `::1`. A host *name* such as `127.example.com` is not
+    /// loopback, whatever it starts with.
     static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        var text = host.lowercased()
+        if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+        if text == "localhost" || text == "::1" || text == "0:0:0:0:0:0:0:1" { return true }
+        if text.hasPrefix("::ffff:") { text = String(text.dropFirst("::ffff:".count)) }
+        let octets = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard octets.count == 4 else { return false }
+        for octet in octets {
+            guard (1...3).contains(octet.count), octet.allSatisfy(\.isASCII), octet.allSatisfy(\.isNumber),
+                let value = Int(octet), value <= 255
+            else { return false }
+        }
+        return octets[0] == "127"
     }
 
     static func makeTLSContext(certificatePath: String, keyPath: String, clientCAPath: String?) throws -> NIOSSLContext

@@ -36,8 +36,10 @@ enum SocketActivation {
     static func apply(_ descriptors: [String: Int32], to listeners: inout ListenerConfiguration) {
         func inherited(_ name: String, _ current: ListenerConfiguration.Address?) -> ListenerConfiguration.Address? {
             guard let descriptor = descriptors[name] else { return current }
+            // The address the service manager bound, not the configured one: the exposure
+            // check must judge the socket that actually listens.
             return ListenerConfiguration.Address(
-                host: current?.host ?? "0.0.0.0",
+                host: boundHost(descriptor) ?? "0.0.0.0",
                 port: current?.port ?? 0,
                 inheritedDescriptor: descriptor
             )
@@ -45,5 +47,31 @@ enum SocketActivation {
         listeners.tcp = inherited("tcp", listeners.tcp)
         listeners.tls = inherited("tls", listeners.tls)
         listeners.http = inherited("http", listeners.http)
+    }
+
+    /// The local address a socket is bound to, as an IP literal; nil when it is not an IP socket.
+    static func boundHost(_ descriptor: Int32) -> String? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard result == 0 else { return nil }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            var address = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
+            }
+            guard inet_ntop(AF_INET, &address, &text, socklen_t(text.count)) != nil else { return nil }
+        case AF_INET6:
+            var address = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+            }
+            guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return nil }
+        default:
+            return nil
+        }
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

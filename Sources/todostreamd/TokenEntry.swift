@@ -24,9 +24,24 @@ extension DaemonOptions {
         return AuthConfiguration(digests: digests, digest: TokenEntry.digest)
     }
 
+    /// The storage engine in use: the configured one, else PostgreSQL when a PostgreSQL URL is
+    /// given, else SQLite.
+    var engine: Storage {
+        if let storage { return storage }
+        if let postgresURL, !postgresURL.isEmpty { return .postgres }
+        return .sqlite
+    }
+
     /// Checks what no single key can: the combinations.
     func validate() throws {
-        if storage == .postgres {
+        if let storage, storage != .postgres, let postgresURL, !postgresURL.isEmpty {
+            // Two daemons started this way would look like a cluster and diverge.
+            throw ConfigError(
+                message:
+                    "postgres_url (or --postgres-url, or TODOSTREAM_POSTGRES_URL) is set but storage is \(storage.rawValue): a PostgreSQL URL needs storage postgres (or no storage setting); remove one of the two"
+            )
+        }
+        if engine == .postgres {
             guard let postgresURL, !postgresURL.isEmpty else {
                 throw ConfigError(
                     message: "storage postgres needs postgres_url (or --postgres-url, or TODOSTREAM_POSTGRES_URL)"
@@ -52,14 +67,16 @@ extension DaemonOptions {
             throw ConfigError(message: "tls.cert and tls.key go together")
         }
         guard !allowInsecure else { return }
-        // Plain text to the outside with nobody checked is refused unless asked for.
+        // Plain text to the outside with nobody checked is refused unless asked for. Only a
+        // view token makes clients authenticate: a monitor token alone leaves every view open.
+        guard !tokens.contains(where: { $0.role == .view }) else { return }
         var plain: [ListenerConfiguration.Address] = []
         if let tcp = listeners.tcp { plain.append(tcp) }
         if let http = listeners.http, !listeners.httpTLS { plain.append(http) }
-        for address in plain where !Daemon.isLoopback(address.host) && tokens.isEmpty {
+        for address in plain where !Daemon.isLoopback(address.host) {
             throw ConfigError(
                 message:
-                    "refusing to listen on \(address) without TLS and without tokens: anyone could read and change every todo; add tokens or TLS, or set allow_insecure: true"
+                    "refusing to listen on \(address) in plain text without a view token: anyone could read and change every todo (a monitor token alone does not make clients authenticate); add a view token or TLS, or set allow_insecure: true"
             )
         }
     }

@@ -8,9 +8,13 @@ struct TestEvent: StreamEvent, Hashable {
 }
 
 final class RecordingSink: EventSink, Sendable {
-    let recorded = NIOLockedValueBox<[(String, Scope)]>([])
-    func deliver(_ event: TestEvent, scope: Scope, origin: Origin) {
-        recorded.withLockedValue { $0.append((event.name, scope)) }
+    let recorded = NIOLockedValueBox<[(String, Scope, Origin)]>([])
+    let answered = NIOLockedValueBox<[Origin]>([])
+    let batches = NIOLockedValueBox<[Int]>([])
+    func deliver(_ deliveries: [Delivery<TestEvent>], answering requests: [Origin]) {
+        recorded.withLockedValue { $0 += deliveries.map { ($0.event.name, $0.scope, $0.origin) } }
+        answered.withLockedValue { $0 += requests }
+        batches.withLockedValue { $0.append(requests.count) }
     }
     var names: [String] { recorded.withLockedValue { $0.map(\.0) } }
 }
@@ -18,32 +22,165 @@ final class RecordingSink: EventSink, Sendable {
 struct MapServer: EventServer {
     let observes: Set<String>
     let output: @Sendable (TestEvent) -> [Emission<TestEvent>]
-    func handle(_ event: TestEvent) async -> [Emission<TestEvent>] { output(event) }
+    func handle(_ event: TestEvent) -> [Emission<TestEvent>] { output(event) }
 }
+
+/// A model layer that answers each event with `Answer(<name>)` and records the batches.
+final class RecordingModel: BatchServer, Sendable {
+    let observes: Set<String> = ["ModelRequest"]
+    let batches = NIOLockedValueBox<[[String]]>([])
+    /// Held closed until `release`: lets a test see requests pile up behind a slow commit.
+    let gate = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
+    let holding: Bool
+
+    init(holding: Bool = false) { self.holding = holding }
+
+    func handle(batch: [TestEvent]) async -> [[Emission<TestEvent>]] {
+        batches.withLockedValue { $0.append(batch.map(\.name)) }
+        if holding {
+            await withCheckedContinuation { continuation in gate.withLockedValue { $0 = continuation } }
+        }
+        return batch.map { _ in [Emission(TestEvent(name: "Answer"), .reply)] }
+    }
+
+    func release() -> Bool {
+        gate.withLockedValue { gate in
+            guard let continuation = gate else { return false }
+            gate = nil
+            continuation.resume()
+            return true
+        }
+    }
+}
+
+func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), correlation: nil) }
 
 @Suite struct EventBusTests {
     @Test func eventsFlowDepthFirstInCausalOrder() async {
-        let sink = RecordingSink()
         let first = MapServer(observes: ["Request"]) { _ in
-            [Emission(TestEvent(name: "ModelRequest"), .internal), Emission(TestEvent(name: "Reply"), .reply)]
+            [Emission(TestEvent(name: "Middle"), .internal), Emission(TestEvent(name: "Reply"), .reply)]
         }
-        let second = MapServer(observes: ["ModelRequest"]) { _ in
+        let second = MapServer(observes: ["Middle"]) { _ in
             [Emission(TestEvent(name: "Broadcast"), .broadcast(seq: 1))]
         }
-        let bus = EventBus(servers: [first, second], sink: sink)
-        await bus.publish(TestEvent(name: "Request"), origin: Origin(session: SessionID(1), correlation: nil))
-        #expect(sink.names == ["Request", "ModelRequest", "Broadcast", "Reply"])
-        #expect(sink.recorded.withLockedValue { $0[2].1 } == .broadcast(seq: 1))
+        let bus = EventBus(servers: [first, second])
+        let out = await bus.run([(TestEvent(name: "Request"), origin(1))])
+        #expect(out.map(\.event.name) == ["Request", "Middle", "Broadcast", "Reply"])
+        #expect(out[2].scope == .broadcast(seq: 1))
     }
 
-    @Test func eventsNoServerObservesOnlyReachTheSink() async {
-        let sink = RecordingSink()
-        let bus = EventBus(
-            servers: [MapServer(observes: ["Other"]) { _ in [Emission(TestEvent(name: "X"), .reply)] }],
-            sink: sink
+    @Test func eventsNoServerObservesOnlyLeaveTheBus() async {
+        let bus = EventBus(servers: [MapServer(observes: ["Other"]) { _ in [Emission(TestEvent(name: "X"), .reply)] }])
+        let out = await bus.run([(TestEvent(name: "Lonely"), origin(1))])
+        #expect(out.map(\.event.name) == ["Lonely"])
+    }
+
+    @Test func theModelLayerAnswersABatchInOneCallAndEachAnswerStaysWithItsRequest() async {
+        let view = MapServer(observes: ["Request"]) { _ in [Emission(TestEvent(name: "ModelRequest"), .internal)] }
+        let model = RecordingModel()
+        let bus = EventBus(servers: [view], model: model)
+        let out = await bus.run([
+            (TestEvent(name: "Request"), origin(1)), (TestEvent(name: "Request"), origin(2)),
+            (TestEvent(name: "Other"), origin(3)),
+        ])
+        #expect(model.batches.withLockedValue { $0 } == [["ModelRequest", "ModelRequest"]])
+        #expect(
+            out.map(\.event.name) == [
+                "Request", "ModelRequest", "Answer", "Request", "ModelRequest", "Answer", "Other",
+            ]
         )
-        await bus.publish(TestEvent(name: "Lonely"), origin: Origin(session: SessionID(1), correlation: .integer(3)))
-        #expect(sink.names == ["Lonely"])
+        #expect(out.map(\.origin.session.rawValue) == [1, 1, 1, 2, 2, 2, 3])
+    }
+}
+
+@Suite struct SequencerTests {
+    func makeSequencer(
+        model: RecordingModel,
+        sink: RecordingSink,
+        capacity: Int = 1_000,
+        maxBatch: Int = 256
+    )
+        -> Sequencer<TestEvent>
+    {
+        let view = MapServer(observes: ["Request"]) { _ in [Emission(TestEvent(name: "ModelRequest"), .internal)] }
+        return Sequencer(
+            bus: EventBus(servers: [view], model: model),
+            sink: sink,
+            capacity: capacity,
+            maxBatch: maxBatch
+        )
+    }
+
+    @Test func requestsQueuedDuringACommitRunAsTheNextBatchInArrivalOrder() async throws {
+        let model = RecordingModel(holding: true)
+        let sink = RecordingSink()
+        let sequencer = makeSequencer(model: model, sink: sink)
+        let running = Task { await sequencer.run() }
+        #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(0)))
+        // Wait (without sleeping) until the first batch is inside the model layer.
+        while !model.release() { await Task.yield() }
+        // That released it; hold the next one again.
+        for session in 1...100 {
+            #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(UInt64(session))))
+        }
+        while sink.answered.withLockedValue({ $0.count }) < 101 {
+            _ = model.release()
+            await Task.yield()
+        }
+        sequencer.stop()
+        await running.value
+        #expect(sink.answered.withLockedValue { $0.map(\.session.rawValue) } == Array(0...100))
+        #expect(sink.batches.withLockedValue { $0 }.count < 101, "requests that waited ran together")
+        #expect(!sequencer.submit(TestEvent(name: "Request"), origin: origin(1)), "a stopped sequencer refuses")
+    }
+
+    @Test func aFullQueueRefusesAndLosesNothingItTook() async {
+        let model = RecordingModel()
+        let sink = RecordingSink()
+        let sequencer = makeSequencer(model: model, sink: sink, capacity: 3, maxBatch: 2)
+        // Not running yet: the queue fills.
+        let taken = (0..<5).map { sequencer.submit(TestEvent(name: "Request"), origin: origin(UInt64($0))) }
+        #expect(taken == [true, true, true, false, false])
+        #expect(sequencer.queued == 3)
+        sequencer.stop()
+        await sequencer.run()
+        #expect(sink.answered.withLockedValue { $0.map(\.session.rawValue) } == [0, 1, 2])
+        #expect(sink.batches.withLockedValue { $0 } == [2, 1], "batches are at most maxBatch")
+        #expect(sequencer.counts.requests == 3)
+    }
+}
+
+@Suite struct RequestQueueTests {
+    @Test func stopHandsTheWaitingConsumerNil() {
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        guard case .wait = queue.take() else {
+            Issue.record("an empty queue makes the consumer wait")
+            return
+        }
+        guard case .queued = queue.submit(1), case .batch(let batch) = queue.take() else {
+            Issue.record("a queued item is taken")
+            return
+        }
+        #expect(batch == [1])
+        guard case .none = queue.stop(), case .finished = queue.take() else {
+            Issue.record("after stop an empty queue is finished")
+            return
+        }
+        guard case .refused = queue.submit(2) else {
+            Issue.record("a stopped queue refuses")
+            return
+        }
+    }
+
+    @Test func takingInBatchesKeepsOrderAcrossManyItems() {
+        var queue = RequestQueue<Int>(capacity: 100_000, maxBatch: 7)
+        for item in 0..<10_000 { _ = queue.submit(item) }
+        var seen: [Int] = []
+        while case .batch(let batch) = queue.take() {
+            #expect(batch.count <= 7)
+            seen += batch
+        }
+        #expect(seen == Array(0..<10_000))
     }
 }
 

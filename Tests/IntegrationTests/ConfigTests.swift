@@ -1,8 +1,17 @@
 import Foundation
 import Logging
+import Relay
 import Testing
 
 @testable import todostreamd
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite struct ConfigTests {
     static let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -122,6 +131,92 @@ import Testing
             "listen:\n  tcp: 0.0.0.0:7878\nauth:\n  tokens:\n    - role: view\n      token: long-enough-token\n"
         )
         _ = try resolve("listen:\n  tcp: 127.0.0.1:7878\n")
+    }
+
+    @Test func aMonitorTokenAloneDoesNotOpenThePlainListener() throws {
+        // Only a view token makes clients authenticate; a monitor token leaves every view open.
+        let refused = message(nil, flags: ["--listen", "0.0.0.0:7878", "--monitor-token", "monitor-secret"])
+        #expect(refused?.contains("view token") == true)
+        #expect(
+            message(
+                "listen:\n  tcp: 0.0.0.0:7878\nauth:\n  tokens:\n    - role: monitor\n      token: long-enough-token\n"
+            )?
+            .contains("allow_insecure") == true
+        )
+        #expect(
+            message(
+                nil,
+                environment: ["TODOSTREAM_LISTEN_HTTP": "0.0.0.0:8080"],
+                flags: ["--token", "monitor:abcdefgh1"]
+            )?
+            .contains("view token") == true
+        )
+        _ = try resolve(nil, flags: ["--listen", "0.0.0.0:7878", "--token", "view:abcdefgh1"])
+        _ = try resolve(
+            nil,
+            flags: ["--listen", "0.0.0.0:7878", "--monitor-token", "monitor-secret", "--allow-insecure"]
+        )
+    }
+
+    @Test func everyWayAroundTheExposureCheckIsRefused() throws {
+        // Host names that only look like loopback, the wildcard in every spelling, and IPv6.
+        for host in ["127.example.com", "127.0.0.1.nip.io", "0.0.0.0", "0", "[::]", "::", "10.0.0.1", "[fe80::1]"] {
+            #expect(
+                message(nil, flags: ["--listen", "\(host):7878", "--http-listen", "off"]) != nil,
+                "\(host) was taken for loopback"
+            )
+        }
+        // The HTTP listener counts as much as the NDJSON one, unless it has TLS.
+        #expect(message(nil, flags: ["--http-listen", "0.0.0.0:8080"])?.contains("0.0.0.0:8080") == true)
+        // Real loopback in its spellings is fine.
+        for host in ["127.0.0.1", "127.1.2.3", "localhost", "[::1]"] {
+            _ = try resolve(nil, flags: ["--listen", "\(host):7878", "--http-listen", "off"])
+        }
+        #expect(Daemon.isLoopback("::ffff:127.0.0.1"))
+        #expect(!Daemon.isLoopback("127.0.0.256"))
+        #expect(!Daemon.isLoopback("127.0.0"))
+    }
+
+    @Test func aSocketFromTheServiceManagerIsJudgedByItsRealAddress() throws {
+        // A socket bound to every address, inherited as `tcp`, while the config says loopback.
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(descriptor >= 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = INADDR_ANY
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(bound == 0)
+        #expect(SocketActivation.boundHost(descriptor) == "0.0.0.0")
+        var listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: 7878), http: nil)
+        SocketActivation.apply(["tcp": descriptor], to: &listeners)
+        var options = DaemonOptions()
+        options.listeners = listeners
+        #expect(throws: ConfigError.self) { try options.validate() }
+        options.allowInsecure = true
+        try options.validate()
+    }
+
+    @Test func aPostgresURLMeansPostgres() throws {
+        let url = "postgres://user:hunter22@db.example/todos"
+        // With no storage setting, the URL selects PostgreSQL, from a flag, a file or the environment.
+        #expect(try resolve(nil, flags: ["--postgres-url", url]).engine == .postgres)
+        #expect(try resolve("postgres_url: \(url)\n").engine == .postgres)
+        #expect(try resolve(nil, environment: ["TODOSTREAM_POSTGRES_URL": url]).engine == .postgres)
+        #expect(try resolve(nil).engine == .sqlite)
+        // With another engine named, it is an error that names both settings.
+        for storage in ["sqlite", "memory"] {
+            let refused = message(nil, environment: ["TODOSTREAM_POSTGRES_URL": url], flags: ["--storage", storage])
+            #expect(refused?.contains("postgres_url") == true)
+            #expect(refused?.contains("storage is \(storage)") == true)
+            #expect(refused?.contains("hunter22") == false, "the password is never shown")
+            #expect(message("storage: \(storage)\npostgres_url: \(url)\n")?.contains("storage is \(storage)") == true)
+        }
     }
 
     @Test func aReloadWithABadConfigKeepsTheOldOne() async throws {

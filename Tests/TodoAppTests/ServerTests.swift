@@ -15,12 +15,19 @@ actor FakeStore: TodoStore {
 
     func setFail(_ fail: Bool) { self.fail = fail }
 
-    func readTodos(id: UUID?) async throws(AppError) -> [Todo] {
-        if fail { throw AppError.unavailable }
-        return todos.filter { id == nil || $0.id == id }
+    func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] {
+        batch.map { request in
+            switch request {
+            case .read(let read):
+                if fail { return .read(.failure(.unavailable)) }
+                return .read(.success(todos.filter { read.id == nil || $0.id == read.id }))
+            case .write(let write):
+                return .write(apply(write))
+            }
+        }
     }
 
-    func write(_ write: TodoWrite) async -> Result<SavedTodo, AppError> {
+    private func apply(_ write: TodoWrite) -> Result<SavedTodo, AppError> {
         if fail { return .failure(.unavailable) }
         let index = todos.firstIndex { $0.id == write.id }
         switch write.apply(to: index.map { todos[$0] }, now: t1) {
@@ -36,7 +43,9 @@ actor FakeStore: TodoStore {
 
 final class Recorder: EventSink, Sendable {
     let events = NIOLockedValueBox<[(Event, Scope)]>([])
-    func deliver(_ event: Event, scope: Scope, origin: Origin) { events.withLockedValue { $0.append((event, scope)) } }
+    func deliver(_ deliveries: [Delivery<Event>], answering requests: [Origin]) {
+        events.withLockedValue { $0 += deliveries.map { ($0.event, $0.scope) } }
+    }
     var all: [(Event, Scope)] { events.withLockedValue { $0 } }
     var names: [String] { all.map(\.0.name) }
 }
@@ -47,7 +56,7 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
     let server = ViewModelServer(now: { t1 })
 
     @Test func listRequestBecomesAModelRead() async {
-        let out = await server.handle(.requestTodoViewModels)
+        let out = server.handle(.requestTodoViewModels)
         #expect(out.map(\.event) == [.requestReadTodos(ReadTodos(id: nil, purpose: .list))])
         #expect(out.map(\.scope) == [.internal])
     }
@@ -55,17 +64,17 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
     @Test func toggleAndDeleteBecomeWritesOfTheReferencedId() async {
         let reference = TodoReference(id: stored().id, version: 3)
         #expect(
-            await server.handle(.requestToggleCompleteTodoViewModel(reference)).map(\.event)
+            server.handle(.requestToggleCompleteTodoViewModel(reference)).map(\.event)
                 == [.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: 3, change: .toggleComplete))]
         )
         #expect(
-            await server.handle(.requestDeleteTodoViewModel(reference)).map(\.event)
+            server.handle(.requestDeleteTodoViewModel(reference)).map(\.event)
                 == [.requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: 3, change: .delete))]
         )
     }
 
     @Test func newDetailIsAFreshUnsavedTodo() async throws {
-        let out = await server.handle(.requestNewTodoDetailViewModel)
+        let out = server.handle(.requestNewTodoDetailViewModel)
         guard case .responseTodoDetailViewModel(.success(let detail)) = try #require(out.first?.event) else {
             Issue.record("expected a detail view model")
             return
@@ -77,7 +86,7 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
 
     @Test func blankTitleIsRefusedBeforeTheStore() async {
         let input = TodoDetailInput(todo: TodoReference(id: UUID()), edit: TodoEdit(title: "  "))
-        let out = await server.handle(.requestUpdateDetailViewModel(input))
+        let out = server.handle(.requestUpdateDetailViewModel(input))
         guard case .responseUpdateDetailViewModel(.failure(let error)) = out.first?.event else {
             Issue.record("expected a validation failure")
             return
@@ -87,14 +96,14 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
     }
 
     @Test func listResponsesHideDeletedTodos() async {
-        let out = await server.handle(
+        let out = server.handle(
             .responseTodos(ReadTodos(id: nil, purpose: .list), .success([stored(deleted: true), stored(4)]))
         )
         #expect(out.map(\.event) == [.responseTodoViewModels(.success([TodoViewModel(todo: stored(4))]))])
     }
 
     @Test func detailOfAnUnknownIdIsNotFound() async {
-        let out = await server.handle(.responseTodos(ReadTodos(id: UUID(), purpose: .detail), .success([])))
+        let out = server.handle(.responseTodos(ReadTodos(id: UUID(), purpose: .detail), .success([])))
         guard case .responseTodoDetailViewModel(.failure(let error)) = out.first?.event else {
             Issue.record("expected not_found")
             return
@@ -104,11 +113,11 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
 
     @Test func savedWritesBroadcastWithTheirSeq() async {
         let saved = SavedTodo(todo: stored(4), seq: 42)
-        let toggle = await server.handle(
+        let toggle = server.handle(
             .responseTodo(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .toggleComplete), .success(saved))
         )
         #expect(toggle.map(\.scope) == [.broadcast(seq: 42)])
-        let update = await server.handle(
+        let update = server.handle(
             .responseTodo(
                 TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .update(TodoEdit())),
                 .success(saved)
@@ -119,7 +128,7 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
     }
 
     @Test func failedWritesAreRepliesOnly() async {
-        let failed = await server.handle(
+        let failed = server.handle(
             .responseTodo(TodoWrite(id: UUID(), expectedVersion: nil, change: .delete), .failure(.unavailable))
         )
         #expect(failed.map(\.event) == [.responseTodoViewModel(.failure(.unavailable))])
@@ -133,10 +142,12 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         let server = ModelServer(store: store)
         let read = ReadTodos(id: nil, purpose: .list)
         #expect(
-            await server.handle(.requestReadTodos(read)).map(\.event) == [.responseTodos(read, .success([stored()]))]
+            await server.handle(batch: [.requestReadTodos(read)]).first?.map(\.event) == [
+                .responseTodos(read, .success([stored()]))
+            ]
         )
         let write = TodoWrite(id: stored().id, expectedVersion: nil, change: .delete)
-        let out = await server.handle(.requestWriteTodo(write))
+        let out = await server.handle(batch: [.requestWriteTodo(write)]).first ?? []
         guard case .responseTodo(_, .success(let saved)) = out.first?.event else {
             Issue.record("expected a saved todo")
             return
@@ -150,7 +161,7 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         await store.setFail(true)
         let read = ReadTodos(id: nil, purpose: .list)
         #expect(
-            await ModelServer(store: store).handle(.requestReadTodos(read)).map(\.event) == [
+            await ModelServer(store: store).handle(batch: [.requestReadTodos(read)]).first?.map(\.event) == [
                 .responseTodos(read, .failure(.unavailable))
             ]
         )
@@ -161,9 +172,34 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
 @Suite struct ViewRequestIntegrationTests {
     func run(_ event: Event, store: FakeStore) async -> Recorder {
         let recorder = Recorder()
-        let bus = EventBus<Event>(servers: [ViewModelServer(now: { t1 }), ModelServer(store: store)], sink: recorder)
-        await bus.publish(event, origin: origin)
+        let bus = EventBus<Event>(servers: [ViewModelServer(now: { t1 })], model: ModelServer(store: store))
+        recorder.deliver(await bus.run([(event, origin)]), answering: [origin])
         return recorder
+    }
+
+    @Test func aBatchIsAnsweredRequestByRequestAndAReadSeesTheWritesBeforeIt() async throws {
+        let store = FakeStore([stored()])
+        let bus = EventBus<Event>(servers: [ViewModelServer(now: { t1 })], model: ModelServer(store: store))
+        let first = Origin(session: SessionID(1), correlation: .string("a"))
+        let second = Origin(session: SessionID(2), correlation: .string("b"))
+        let reference = TodoReference(id: stored().id)
+        let out = await bus.run([
+            (.requestToggleCompleteTodoViewModel(reference), first), (.requestTodoDetailViewModel(reference), second),
+        ])
+        // Each request's events depth first, the requests in arrival order, although both
+        // waited for the store together.
+        #expect(
+            out.map(\.event.name) == [
+                "RequestToggleCompleteTodoViewModel", "RequestWriteTodo", "ResponseTodo", "ResponseTodoViewModel",
+                "RequestTodoDetailViewModel", "RequestReadTodos", "ResponseTodos", "ResponseTodoDetailViewModel",
+            ]
+        )
+        #expect(out.map(\.origin) == Array(repeating: first, count: 4) + Array(repeating: second, count: 4))
+        guard case .responseTodoDetailViewModel(.success(let detail)) = try #require(out.last?.event) else {
+            Issue.record("expected a detail")
+            return
+        }
+        #expect(detail.completed, "the read comes after the toggle in the order, so it sees it")
     }
 
     @Test func requestTodoViewModels() async {

@@ -39,7 +39,7 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
 
     @Test func concurrentWritesGetGaplessSeqsAndMatchingJournalEntries() async throws {
         let directory = temporaryDirectory()
-        let store = try await GroupCommitStore.sqlite(directory: directory, maxBatch: 32)
+        let store = try await GroupCommitStore.sqlite(directory: directory)
         let seqs = try await withThrowingTaskGroup(of: UInt64.self) { group in
             for index in 0..<300 { group.addTask { try await create(store, "todo \(index)").seq } }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -67,7 +67,6 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
     @Test func theJournalIsPrunedToItsRetention() async throws {
         let store = try await GroupCommitStore.sqlite(
             directory: temporaryDirectory(),
-            maxBatch: 1,
             retention: JournalRetention(maxEntries: 10, maxAgeSeconds: 0)
         )
         for index in 0..<130 { _ = try await create(store, "t\(index)") }

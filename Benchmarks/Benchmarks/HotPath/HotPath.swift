@@ -84,11 +84,8 @@ let benchmarks: @Sendable () -> Void = {
         configuration: .init(metrics: defaultMetrics, scalingFactor: .one, maxDuration: .seconds(2))
     ) { benchmark, fixture in
         for _ in benchmark.scaledIterations {
-            await fixture.bus.publish(
-                .requestToggleCompleteTodoViewModel(TodoReference(id: todoID)),
-                origin: fixture.origin,
-                scope: .internal
-            )
+            let request: Sequencer<Event>.Request = (.requestToggleCompleteTodoViewModel(TodoReference(id: todoID)), fixture.origin)
+            fixture.sink.deliver(await fixture.bus.run([request]), answering: [fixture.origin])
         }
     } setup: {
         await BusFixture()
@@ -138,18 +135,21 @@ let benchmarks: @Sendable () -> Void = {
 /// The bus as the daemon wires it, with a sink that only counts.
 private struct BusFixture: Sendable {
     let bus: EventBus<Event>
+    let sink = CountingSink()
     let origin = Origin(session: SessionID(1), correlation: .integer(1))
 
     init() async {
         let store = await GroupCommitStore.inMemory().0
         _ = await store.write(TodoWrite(id: todoID, expectedVersion: nil, change: .update(TodoEdit(title: "x"))))
-        bus = EventBus(servers: [ViewModelServer(), ModelServer(store: store)], sink: CountingSink())
+        bus = EventBus(servers: [ViewModelServer()], model: ModelServer(store: store))
     }
 }
 
 private struct CountingSink: EventSink {
-    func deliver(_ event: Event, scope: Scope, origin: Origin) {
-        if case .broadcast = scope { blackHole(codec.encodeBody(event)) }
+    func deliver(_ deliveries: [Delivery<Event>], answering requests: [Origin]) {
+        for delivery in deliveries {
+            if case .broadcast = delivery.scope { blackHole(codec.encodeBody(delivery.event)) }
+        }
     }
 }
 

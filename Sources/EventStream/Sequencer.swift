@@ -1,0 +1,88 @@
+import Synchronization
+
+/// The one place where requests get their order: every connection hands its requests here,
+/// and a single consumer runs them through the bus a batch at a time, in arrival order.
+///
+/// Sessions never wait for it: `submit` only appends to a bounded queue. The consumer takes
+/// everything queued (up to `maxBatch`), runs it through the servers, waits once for the model
+/// layer (one commit for the whole batch), and hands the sink everything the batch caused in
+/// one call. While a batch commits, the next one accumulates.
+public final class Sequencer<Event: StreamEvent>: Sendable {
+    public typealias Request = (event: Event, origin: Origin)
+
+    private let bus: EventBus<Event>
+    private let sink: any EventSink<Event>
+    private let queue: Mutex<RequestQueue<Request>>
+    private let stats = Mutex(SequencerStats())
+
+    /// - Parameters:
+    ///   - capacity: requests that may wait at once; past it `submit` refuses.
+    ///   - maxBatch: requests run together at most.
+    public init(bus: EventBus<Event>, sink: any EventSink<Event>, capacity: Int, maxBatch: Int) {
+        self.bus = bus
+        self.sink = sink
+        self.queue = Mutex(RequestQueue(capacity: capacity, maxBatch: maxBatch))
+    }
+
+    /// Queues a request. False when the queue is full or the sequencer is stopping: the
+    /// request was not taken and nothing of it will happen.
+    public func submit(_ event: Event, origin: Origin) -> Bool {
+        switch queue.withLock({ $0.submit((event, origin)) }) {
+        case .queued:
+            return true
+        case .resume(let waiter, let batch):
+            waiter.resume(returning: batch)
+            return true
+        case .refused:
+            return false
+        }
+    }
+
+    /// Runs batches until `stop()` was called and everything queued before it has run.
+    public func run() async {
+        while let batch = await nextBatch() {
+            let deliveries = await bus.run(batch)
+            sink.deliver(deliveries, answering: batch.map(\.origin))
+            stats.withLock { $0.record(batchSize: batch.count) }
+        }
+    }
+
+    /// Refuses new requests; `run` returns once the queued ones have run.
+    public func stop() {
+        if case .resume(let waiter) = queue.withLock({ $0.stop() }) { waiter.resume(returning: nil) }
+    }
+
+    /// Requests waiting for the next batch.
+    public var queued: Int { queue.withLock { $0.count } }
+
+    /// Batches run, and requests in them.
+    public var counts: SequencerStats { stats.withLock { $0 } }
+
+    private func nextBatch() async -> [Request]? {
+        switch queue.withLock({ $0.take() }) {
+        case .batch(let batch): return batch
+        case .finished: return nil
+        case .wait: break
+        }
+        return await withCheckedContinuation { (continuation: RequestQueue<Request>.Waiter) in
+            switch queue.withLock({ $0.park(continuation) }) {
+            case .wait: break
+            case .batch(let batch): continuation.resume(returning: batch)
+            case .finished: continuation.resume(returning: nil)
+            }
+        }
+    }
+}
+
+/// What the sequencer has done so far.
+public struct SequencerStats: Sendable, Hashable {
+    public private(set) var batches = 0
+    public private(set) var requests = 0
+    public private(set) var largestBatch = 0
+
+    mutating func record(batchSize: Int) {
+        batches += 1
+        requests += batchSize
+        largestBatch = max(largestBatch, batchSize)
+    }
+}
