@@ -12,6 +12,9 @@ public struct RelayConfiguration: Sendable, Equatable {
     public var maxQueueBytes: Int = 4 * 1024 * 1024
     /// Outbound queue bound per connection, in frames written since the queue was last empty.
     public var maxQueueFrames: Int = 16_384
+    /// After `slow_consumer` is sent, how long the client has to read it before the daemon
+    /// closes the connection anyway.
+    public var slowConsumerGraceMs: Int = 10_000
     /// SO_SNDBUF for accepted connections (nil leaves the kernel's autotuning on). A small
     /// value makes the outbound bound apply sooner.
     public var socketSendBufferBytes: Int?

@@ -74,8 +74,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var heldLiveBytes = 0
     private var helloSeq: UInt64 = 0
     private var needsFlush = false
+    /// Frames waiting for the channel to be writable again (bounded; see `OutboundQueue`).
+    private var outbound = OutboundQueue()
     private var fanOutPending = false
-    private var framesSinceEmpty = 0
     private var idleTimer: Scheduled<Void>?
     /// The client half-closed its side: close once every frame it sent is answered.
     private var inputClosed = false
@@ -694,45 +695,65 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func write(_ buffer: ByteBuffer, frames: Int = 1) {
         guard let context, !closing else { return }
+        var bytes = buffer
         if role == .monitor, let redactor = services.settings.monitorRedactor {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
-            context.write(wrapOutboundOut(redactor.redact(buffer)), promise: nil)
-        } else {
-            context.write(wrapOutboundOut(buffer), promise: nil)
+            bytes = redactor.redact(buffer)
         }
-        needsFlush = true
-        framesSinceEmpty += frames
+        let channel = context.channel
+        let limits = configuration
+        switch outbound.write(
+            bytes,
+            frames: frames,
+            channelWritable: channel.isWritable,
+            channelBacklog: outbound.isEmpty ? 0 : channelBacklog,
+            maxBytes: limits.maxQueueBytes,
+            maxFrames: limits.maxQueueFrames
+        ) {
+        case .write:
+            context.write(wrapOutboundOut(bytes), promise: nil)
+            needsFlush = true
+        case .queued:
+            break
+        case .overflow:
+            slowConsumer()
+        }
     }
 
     private func flush() {
         guard needsFlush, let context else { return }
         needsFlush = false
         context.flush()
-        checkQueue(context)
     }
 
-    /// Bytes written to this connection and not yet taken by the kernel.
-    var queuedBytes: Int {
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, !closing {
+            // Hand the channel what waited, as much as it takes before it is full again.
+            while context.channel.isWritable, let next = outbound.next() {
+                context.write(wrapOutboundOut(next), promise: nil)
+                needsFlush = true
+            }
+            flush()
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Bytes the channel holds that the kernel has not taken yet.
+    private var channelBacklog: Int {
         guard let context else { return 0 }
         return (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
     }
 
-    private func checkQueue(_ context: ChannelHandlerContext) {
-        let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
-        if buffered == 0 {
-            framesSinceEmpty = 0
-            return
-        }
-        let limits = configuration
-        if buffered > limits.maxQueueBytes || framesSinceEmpty > limits.maxQueueFrames {
-            slowConsumer()
-        }
-    }
+    /// Bytes written to this connection and not yet taken by the kernel.
+    var queuedBytes: Int { channelBacklog + outbound.bytes }
 
-    /// Over the outbound bound: say so, then close. Others are never held up by this client.
+    /// Over the outbound bound: drop what still waits, send the notice right behind the last
+    /// complete frame the channel holds, then close once it is out (or after a grace period).
+    /// Others are never held up by this client.
     private func slowConsumer() {
         guard !closing, let context else { return }
-        logger.info("closing slow consumer")
+        let dropped = outbound.dropAll()
+        logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         services.hub.metrics.slowConsumer()
         closing = true
         let frame = OutboundFrame.error(
@@ -743,17 +764,25 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let promise = loop.makePromise(of: Void.self)
         context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
         let channel = context.channel
-        let timeout = loop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
+        let grace = TimeAmount.milliseconds(Int64(configuration.slowConsumerGraceMs))
+        let timeout = loop.scheduleTask(in: grace) { channel.close(promise: nil) }
         promise.futureResult.whenComplete { _ in
             timeout.cancel()
             channel.close(promise: nil)
         }
+        // Input is still read (and dropped) meanwhile, so the close is orderly, not a reset
+        // that could discard what the client has not read yet.
+        if readHeld {
+            readHeld = false
+            context.read()
+        }
     }
 
-    /// Sends a last frame, then closes.
+    /// Sends a last frame behind everything queued, then closes.
     private func closeAfter(_ frame: ByteBuffer) {
         guard let context, !closing else { return }
         closing = true
+        while let next = outbound.next() { context.write(wrapOutboundOut(next), promise: nil) }
         let channel = context.channel
         let promise = loop.makePromise(of: Void.self)
         context.writeAndFlush(wrapOutboundOut(frame), promise: promise)

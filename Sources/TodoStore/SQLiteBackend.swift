@@ -1,22 +1,46 @@
 import EventStream
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import SQLiteNIO
 import TodoApp
 
-/// SQLite in WAL mode in the data directory: one connection writes (in group commits), one
-/// reads the journal. All calls run on a thread pool, never on an event loop.
+/// SQLite in WAL mode in the data directory: one connection writes (one commit per batch), one
+/// reads the journal, one checkpoints. All calls run on a thread pool, never on an event loop.
+///
+/// The writer never checkpoints (`wal_autocheckpoint=0`), so no commit waits for the WAL to be
+/// copied into the database file: every `checkpointEvery` commits a passive checkpoint runs on
+/// its own connection, beside the commits (one at a time).
 final class SQLiteBackend: StorageBackend {
     private let writer: SQLiteConnection
     private let reader: SQLiteConnection
+    private let checkpointer: SQLiteConnection
     private let retention: JournalRetention
     private let logger: Logger
+    private let checkpoints = NIOLockedValueBox(CheckpointState.idle(commitsSince: 0))
 
-    private init(writer: SQLiteConnection, reader: SQLiteConnection, retention: JournalRetention, logger: Logger) {
+    /// Commits between two checkpoints.
+    static let checkpointEvery = 64
+
+    private enum CheckpointState {
+        /// No checkpoint under way; commits since the last one.
+        case idle(commitsSince: Int)
+        case running(Task<Void, Never>, commitsSince: Int)
+        case closed
+    }
+
+    private init(
+        writer: SQLiteConnection,
+        reader: SQLiteConnection,
+        checkpointer: SQLiteConnection,
+        retention: JournalRetention,
+        logger: Logger
+    ) {
         self.writer = writer
         self.reader = reader
+        self.checkpointer = checkpointer
         self.retention = retention
         self.logger = logger
     }
@@ -41,6 +65,9 @@ final class SQLiteBackend: StorageBackend {
         do {
             try await writer.exec("PRAGMA journal_mode=WAL")
             try await writer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
+            try await writer.exec("PRAGMA wal_autocheckpoint=0")
+            // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
+            try await writer.exec("PRAGMA journal_size_limit=67108864")
             try await Migrations.run(on: writer)
             let reader = try await SQLiteConnection.open(
                 storage: .file(path: path),
@@ -49,7 +76,20 @@ final class SQLiteBackend: StorageBackend {
                 on: eventLoop
             )
             try await reader.exec("PRAGMA query_only=1")
-            return SQLiteBackend(writer: writer, reader: reader, retention: retention, logger: logger)
+            let checkpointer = try await SQLiteConnection.open(
+                storage: .file(path: path),
+                threadPool: threadPool,
+                logger: logger,
+                on: eventLoop
+            )
+            try await checkpointer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
+            return SQLiteBackend(
+                writer: writer,
+                reader: reader,
+                checkpointer: checkpointer,
+                retention: retention,
+                logger: logger
+            )
         } catch {
             try? await writer.close()
             throw error
@@ -118,6 +158,7 @@ final class SQLiteBackend: StorageBackend {
             guard prune else {
                 // Outside BEGIN … COMMIT the statement is its own transaction, durable on return.
                 try await writer.exec(insert, binds)
+                checkpointIfDue()
                 return
             }
             try await writer.exec("BEGIN IMMEDIATE")
@@ -131,6 +172,7 @@ final class SQLiteBackend: StorageBackend {
                     try await writer.exec("DELETE FROM journal WHERE recorded_at < ?", [.integer(SQLiteInt64(cutoff))])
                 }
                 try await writer.exec("COMMIT")
+                checkpointIfDue()
             } catch {
                 try? await writer.exec("ROLLBACK")
                 throw error
@@ -164,7 +206,46 @@ final class SQLiteBackend: StorageBackend {
         return rows.first?.column("oldest")?.integer.map { UInt64($0) }
     }
 
+    /// Starts a passive checkpoint on its own connection every `checkpointEvery` commits,
+    /// unless one is still running: commits go on meanwhile and never wait for it.
+    private func checkpointIfDue() {
+        let checkpointer = self.checkpointer
+        let checkpoints = self.checkpoints
+        let logger = self.logger
+        checkpoints.withLockedValue { state in
+            switch state {
+            case .closed:
+                return
+            case .running(let task, let commits):
+                state = .running(task, commitsSince: commits + 1)
+            case .idle(let commits) where commits + 1 < Self.checkpointEvery:
+                state = .idle(commitsSince: commits + 1)
+            case .idle:
+                let task = Task {
+                    do {
+                        try await checkpointer.exec("PRAGMA wal_checkpoint(PASSIVE)")
+                    } catch {
+                        logger.warning("WAL checkpoint failed", metadata: ["error": "\(String(reflecting: error))"])
+                    }
+                    checkpoints.withLockedValue { state in
+                        if case .running(_, let commits) = state { state = .idle(commitsSince: commits) }
+                    }
+                }
+                state = .running(task, commitsSince: 0)
+            }
+        }
+    }
+
     func close() async {
+        let running = checkpoints.withLockedValue { state -> Task<Void, Never>? in
+            defer { state = .closed }
+            if case .running(let task, _) = state { return task }
+            return nil
+        }
+        await running?.value
+        // What is left in the WAL goes into the database file now, not on the next start.
+        try? await checkpointer.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        try? await checkpointer.close()
         try? await reader.close()
         try? await writer.close()
     }

@@ -53,6 +53,7 @@ enum ConfigFile {
         "limits.websocket_max_message_bytes": .int(1024...(64 << 20)),
         "limits.max_queue_bytes": .int(1024...(1 << 30)),
         "limits.max_queue_frames": .int(16...10_000_000),
+        "limits.slow_consumer_grace_ms": .int(0...600_000),
         "limits.max_pipelined_frames": .int(1...100_000),
         "limits.max_subscriptions": .int(1...10_000),
         "limits.max_connections": .int(1...10_000_000),
@@ -273,6 +274,7 @@ enum ConfigFile {
         if let value = int("limits.websocket_max_message_bytes") { options.relay.webSocketHardCapBytes = value }
         if let value = int("limits.max_queue_bytes") { options.relay.maxQueueBytes = value }
         if let value = int("limits.max_queue_frames") { options.relay.maxQueueFrames = value }
+        if let value = int("limits.slow_consumer_grace_ms") { options.relay.slowConsumerGraceMs = value }
         if let value = int("limits.max_pipelined_frames") { options.relay.maxPipelinedFrames = value }
         if let value = int("limits.max_subscriptions") { options.relay.maxSubscriptions = value }
         if let value = int("limits.max_connections") { options.relay.maxConnections = value }

@@ -315,6 +315,22 @@ import TodoStore
             let rest = try await slow.waitForClose()
             let lines = String(decoding: rest, as: UTF8.self).split(separator: "\n")
             #expect(lines.count < count)
+            // The notice reaches the client, right after the last complete frame, and nothing
+            // follows it.
+            let lastLine = try #require(lines.last)
+            let notice = try #require(
+                try JSONSerialization.jsonObject(with: Data(lastLine.utf8)) as? [String: Any],
+                "the last line is not a whole frame: \(lastLine.prefix(200))"
+            )
+            #expect(notice["op"] as? String == "error")
+            #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
+            var previous = 0
+            for line in lines.dropLast() {
+                let frame = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                guard let seq = frame["seq"] as? Int else { continue }
+                #expect(previous == 0 || seq == previous + 1, "broadcasts before the cut come in order, no gaps")
+                previous = seq
+            }
         }
     }
 

@@ -1,0 +1,64 @@
+import NIOCore
+
+/// A connection's frames not yet handed to its channel, bounded.
+///
+/// The session hands the channel frames only while the channel is writable (its own buffer
+/// below the high-water mark); the rest wait here. So what sits in the channel is at most about
+/// one high-water mark of complete frames, and a cut can drop everything still here and put the
+/// `slow_consumer` notice right behind the last complete frame the client will receive.
+struct OutboundQueue {
+    private var buffers = CircularBuffer<(buffer: ByteBuffer, frames: Int)>()
+    /// Bytes and frames waiting here.
+    private(set) var bytes = 0
+    private(set) var frames = 0
+
+    var isEmpty: Bool { buffers.isEmpty }
+
+    /// What the session must do with a frame it is about to send.
+    enum WriteAction: Equatable {
+        /// Hand it to the channel now.
+        case write
+        /// It waits here behind earlier frames or until the channel is writable again.
+        case queued
+        /// Queued frames plus the channel's own backlog are over the bound: cut the client.
+        case overflow
+    }
+
+    /// Decides where `buffer` (holding `frames` frames) goes.
+    /// - Parameters:
+    ///   - channelWritable: the channel is below its high-water mark.
+    ///   - channelBacklog: bytes the channel holds that the kernel has not taken.
+    mutating func write(
+        _ buffer: ByteBuffer,
+        frames count: Int,
+        channelWritable: Bool,
+        channelBacklog: Int,
+        maxBytes: Int,
+        maxFrames: Int
+    ) -> WriteAction {
+        if buffers.isEmpty, channelWritable { return .write }
+        buffers.append((buffer, count))
+        bytes += buffer.readableBytes
+        frames += count
+        if bytes + channelBacklog > maxBytes || frames > maxFrames { return .overflow }
+        return .queued
+    }
+
+    /// The next frame to hand the channel, once it is writable again.
+    mutating func next() -> ByteBuffer? {
+        guard let first = buffers.popFirst() else { return nil }
+        bytes -= first.buffer.readableBytes
+        frames -= first.frames
+        return first.buffer
+    }
+
+    /// Drops every frame still waiting (the client is being cut); returns how many.
+    mutating func dropAll() -> Int {
+        defer {
+            buffers.removeAll()
+            bytes = 0
+            frames = 0
+        }
+        return frames
+    }
+}
