@@ -16,7 +16,7 @@ struct CommonOptions: ParsableArguments {
     @Option(help: "todostreamd only: tcp (NDJSON) or ws (WebSocket at /events).")
     var transport: Transport = .tcp
 
-    @Option(help: "The server's PID, to read its RSS from /proc/PID/status.")
+    @Option(help: "The server's PID, to read its RSS (/proc/PID/status) and CPU time (/proc/PID/stat).")
     var pid: Int32?
 
     @Option(help: "Event-loop threads of the load tool.")
@@ -33,7 +33,10 @@ struct CommonOptions: ParsableArguments {
 
     @Option(
         name: .customLong("payload-bytes"),
-        help: "Peers: size of each published payload (todostreamd's frames are what the daemon sends)."
+        help: ArgumentHelp(
+            "Bytes of each peer message, of each redis --durable SET value, and of the subtitle each todostreamd "
+                + "edit saves (--publish edit|mixed; todostreamd's frames are what the daemon sends)."
+        )
     )
     var payloadBytes = 400
 

@@ -1,9 +1,30 @@
 import NIOCore
 
 /// A client of todostreamd over TCP (newline-delimited JSON, PROTOCOL.md).
+///
+/// Publishers and requesters send integer ids and keep every request until each frame it
+/// causes for its sender has arrived (`RequestKind.expectsReply`, `.expectsBroadcast`), or an
+/// error did.
 final class DaemonConnection: LineConnection {
     private var seqBase: UInt64 = 0
-    private var requestPrefix: [UInt8] = []
+    private lazy var writer = DaemonRequestWriter(todoID: settings.todoID, subtitleBytes: settings.payloadBytes)
+    private lazy var schedule = RequestSchedule(publish: settings.publish, offset: settings.client * 37)
+
+    /// A request sent and not yet answered.
+    private struct Pending {
+        var kind: RequestKind
+        /// Publisher: the fan-out message (send-time slot) its broadcast is; 0 for none.
+        var ordinal: Int
+        var awaitingReply: Bool
+        var awaitingBroadcast: Bool
+    }
+
+    private var pending: [UInt64: Pending] = [:]
+    /// The publisher's request ids (its fan-out messages are numbered apart: with --publish
+    /// mixed, reads go between them).
+    private var lastWireID: UInt64 = 0
+
+    override func requestsInFlight() -> Int { pending.count }
 
     override func handleLine(_ line: UnsafeRawBufferPointer, now: UInt64) {
         if line.hasPrefix(#"{"seq":"#) {
@@ -33,16 +54,13 @@ final class DaemonConnection: LineConnection {
             return
         }
         if let (id, _) = line.decimal(at: reAt + 6) {
-            switch mode {
-            case .publisher:
-                if seq != seqBase + id { stats.seqMismatches += 1 }
-                publishAcknowledged()
-            case .requester:
-                requestCompleted(id: id, now: now, failed: false)
-            default:
-                break
+            guard var request = pending[id] else { return }
+            if mode == .publisher, request.ordinal > 0, seq != seqBase + UInt64(request.ordinal) {
+                stats.seqMismatches += 1
             }
-        } else if line.hasPrefix(#"{"seq":"#), line.quoted(at: reAt + 7) == "c" {
+            request.awaitingBroadcast = false
+            progressed(id: id, request, now: now)
+        } else if line.quoted(at: reAt + 7) == "c" {
             // The broadcast of this connection's todo creation: setup is done.
             if mode == .publisher {
                 seqBase = seq
@@ -83,12 +101,20 @@ final class DaemonConnection: LineConnection {
         }
     }
 
+    /// A reply: `{"type":T,"re":R,"payload":…}` or with `error`.
     private func handleReply(_ line: UnsafeRawBufferPointer, now: UInt64) {
         let payloadAt = line.firstIndex(of: #","payload":"#, limit: 160) ?? min(line.count, 160)
         if line.firstIndex(of: #","error":{"#, limit: payloadAt) != nil {
             handleError(line, now: now)
+            return
         }
-        // Replies without error (ResponseUpdateDetailViewModel of the creation) need nothing.
+        // Replies to the setup (the creation's ResponseUpdateDetailViewModel, "re":"c") need nothing.
+        guard let reAt = line.firstIndex(of: #","re":"#, limit: payloadAt),
+            let (id, _) = line.decimal(at: reAt + 6),
+            var request = pending[id]
+        else { return }
+        request.awaitingReply = false
+        progressed(id: id, request, now: now)
     }
 
     private func handleError(_ line: UnsafeRawBufferPointer, now: UInt64) {
@@ -99,13 +125,29 @@ final class DaemonConnection: LineConnection {
             return
         }
         if let (id, _) = line.decimal(at: reAt + 5) {
-            switch mode {
-            case .publisher: publishAcknowledged()
-            case .requester: requestCompleted(id: id, now: now, failed: true)
-            default: break
-            }
+            // An error answers the request, whatever else it was waiting for.
+            guard let request = pending.removeValue(forKey: id) else { return }
+            answered(id: id, request, failed: true, now: now)
         } else if !isReady {
             failSetup("setup failed: \(code)")
+        }
+    }
+
+    /// One of a request's frames arrived: keep waiting, or it is answered.
+    private func progressed(id: UInt64, _ request: Pending, now: UInt64) {
+        if request.awaitingReply || request.awaitingBroadcast {
+            pending[id] = request
+        } else {
+            pending[id] = nil
+            answered(id: id, request, failed: false, now: now)
+        }
+    }
+
+    private func answered(id: UInt64, _ request: Pending, failed: Bool, now: UInt64) {
+        switch mode {
+        case .publisher: publishAcknowledged()
+        case .requester: requestCompleted(id: id, now: now, failed: failed, kind: request.kind)
+        default: break
         }
     }
 
@@ -120,24 +162,31 @@ final class DaemonConnection: LineConnection {
         )
     }
 
-    private func writeToggle(id: Int) {
-        if requestPrefix.isEmpty { requestPrefix = Array(#"{"type":"RequestToggleCompleteTodoViewModel","id":"#.utf8) }
-        var buffer = allocator.buffer(capacity: requestPrefix.count + settings.todoID.utf8.count + 48)
-        buffer.writeBytes(requestPrefix)
-        buffer.writeString(String(id))
-        buffer.writeString(#","payload":{"todo":{"id":""#)
-        buffer.writeString(settings.todoID)
-        buffer.writeString("\"}}}\n")
-        send(buffer)
+    /// Writes request `id` of `kind` and remembers it.
+    private func write(_ kind: RequestKind, id: UInt64, ordinal: Int) {
+        pending[id] = Pending(
+            kind: kind,
+            ordinal: ordinal,
+            awaitingReply: kind.expectsReply,
+            awaitingBroadcast: kind.expectsBroadcast
+        )
+        send(writer.frame(kind, id: id, counter: id, allocator: allocator))
     }
 
+    /// Fan-out message `id` is the next request that causes a broadcast; with --publish mixed,
+    /// the reads the schedule puts before it go first.
     override func writePublish(id: Int, time: UInt64) {
         run.sendTimes.store(id, time)
-        writeToggle(id: id)
+        while !schedule.peek().expectsBroadcast {
+            lastWireID += 1
+            write(schedule.next(), id: lastWireID, ordinal: 0)
+        }
+        lastWireID += 1
+        write(schedule.next(), id: lastWireID, ordinal: id)
     }
 
     override func writeRequest(id: Int, time: UInt64) {
-        writeToggle(id: id)
+        write(schedule.next(), id: UInt64(id), ordinal: 0)
         flushIfNeeded()
     }
 }

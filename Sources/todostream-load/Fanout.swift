@@ -4,21 +4,32 @@ import ArgumentParser
 struct Fanout: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "N subscribers and one publisher: delivered messages/s, publish→receive latency.",
-        discussion: """
-            todostreamd: the publisher toggles one todo it created (each toggle a durable state \
-            change broadcast to every client as ResponseTodoViewModel); latency runs from the \
-            send of the request to the receipt of the broadcast with its seq. Peers: the \
-            publisher sends --payload-bytes messages carrying their send time. With \
-            --subscriber-port (several daemons on one PostgreSQL), the subscribers are spread over \
-            those daemons while the publisher stays on --port: the latency of a subscriber on \
-            another daemon is that of the cross-daemon path.
-            """
+        discussion: [overview, PublishKind.discussion].joined(separator: "\n\n")
     )
+
+    private static let overview = """
+        todostreamd: the publisher toggles one todo it created (each toggle a durable state \
+        change broadcast to every client as ResponseTodoViewModel), or with --publish edit \
+        saves it with a subtitle of --payload-bytes (each save broadcast as a \
+        ResponseTodoViewModel carrying the whole todo); latency runs from the send of the \
+        request to the receipt of the broadcast with its seq. With --publish mixed the \
+        publisher's reads go between the broadcasting requests (only those are messages). \
+        Unthrottled, at most --pipeline requests are unanswered (a request is answered once \
+        every frame it causes for the publisher arrived). Peers: the publisher sends \
+        --payload-bytes messages carrying their send time, whatever --publish says. With \
+        --subscriber-port (several daemons on one PostgreSQL), the subscribers are spread over \
+        those daemons while the publisher stays on --port: the latency of a subscriber on \
+        another daemon is that of the cross-daemon path. With --pid, the server's CPU time \
+        over the measured window (/proc/PID/stat) is reported per delivered message.
+        """
 
     @OptionGroup var common: CommonOptions
 
     @Option(help: "Subscribers.")
     var subscribers = 100
+
+    @Option(help: PublishKind.helpText)
+    var publish = PublishKind.toggle
 
     @Option(
         name: .customLong("subscriber-port"),
@@ -60,6 +71,12 @@ struct Fanout: AsyncParsableCommand {
         guard subscriberPorts.isEmpty || common.target == .todostreamd else {
             throw ValidationError("--subscriber-port applies to todostreamd only.")
         }
+        guard publish != .mixed || common.target == .todostreamd else {
+            throw ValidationError("--publish mixed applies to todostreamd only.")
+        }
+        guard publish == .toggle || common.target != .todostreamd || common.payloadBytes <= 10_000 else {
+            throw ValidationError("--publish \(publish.rawValue): --payload-bytes is a subtitle, at most 10000.")
+        }
         guard subscriberPorts.allSatisfy({ (1...65_535).contains($0) }) else {
             throw ValidationError("--subscriber-port must be 1…65535.")
         }
@@ -76,10 +93,13 @@ struct Fanout: AsyncParsableCommand {
             warmup: warmup,
             window: window,
             drain: drain,
-            pipeline: pipeline
+            pipeline: pipeline,
+            publish: publish
         ).execute()
         var report = common.report(scenario: "fanout")
         report.set("rate", rate > 0 ? .double(rate) : .string("max"))
+        report.set("publish", publish.rawValue)
+        report.set("payload_bytes", common.payloadBytes)
         if !subscriberPorts.isEmpty {
             report.set("subscriber_ports", subscriberPorts.map(String.init).joined(separator: ","))
         }
@@ -88,7 +108,7 @@ struct Fanout: AsyncParsableCommand {
             if common.target == .todostreamd { report.set("pipeline", pipeline) }
         }
         outcome.fill(&report)
-        let mode = rate > 0 ? "\(grouped(rate)) pub/s" : "unthrottled"
+        let mode = (rate > 0 ? "\(grouped(rate)) pub/s" : "unthrottled") + ", \(publish.rawValue)"
         let spread =
             subscriberPorts.isEmpty
             ? ""
@@ -97,7 +117,8 @@ struct Fanout: AsyncParsableCommand {
             report,
             human: "fanout \(common.serverName) subscribers=\(outcome.fastSubscribers)\(spread) \(mode): "
                 + "\(grouped(outcome.deliveredPerSecond)) msg/s delivered "
-                + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(outcome.latencyText); \(outcome.problemsText)"
+                + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(outcome.latencyText)"
+                + outcome.cpu.text(count: outcome.deliveredInWindow, unit: "message") + "; \(outcome.problemsText)"
         )
     }
 }

@@ -17,6 +17,8 @@ struct FanoutRun {
     var drain: Double
     /// todostreamd: requests sent but not yet answered (its `max_pipelined_frames` is 64).
     var pipeline = 64
+    /// todostreamd: what the publisher sends.
+    var publish = PublishKind.toggle
 
     struct Outcome {
         var fastSubscribers = 0
@@ -34,6 +36,8 @@ struct FanoutRun {
         var stats = LoopSnapshot()
         /// Non-readers whose socket the server closed (by the kernel's TCP state).
         var slowClosedByServer = 0
+        /// The server's CPU time over the measured window.
+        var cpu = ServerCPUWindow(pid: nil)
 
         var deliveredPerSecond: Double { seconds > 0 ? Double(deliveredInWindow) / seconds : 0 }
         var publishesPerSecond: Double { seconds > 0 ? Double(publishedInWindow) / seconds : 0 }
@@ -64,7 +68,8 @@ struct FanoutRun {
 
         // The publisher first: for todostreamd it creates the todo it will toggle, and the
         // seq of that broadcast is the base every later seq is counted from.
-        let publisherSettings = common.settings(todoID: randomUUID())
+        var publisherSettings = common.settings(todoID: randomUUID())
+        publisherSettings.publish = publish
         let publisher = try await connector.connect(
             index: 0,
             mode: .publisher,
@@ -132,6 +137,7 @@ struct FanoutRun {
         await sleep(seconds: 0.2)
         outcome.rssBeforeKiB = common.residentKiB()
         let sampler = PeakSampler(pid: common.pid)
+        outcome.cpu = ServerCPUWindow(pid: common.pid)
 
         let box = publisher.box
         run.waker.set { box.eventLoop.execute { box.value?.pump() } }
@@ -144,6 +150,7 @@ struct FanoutRun {
         }.get()
 
         await sleep(seconds: warmup)
+        outcome.cpu.start()
         let start = Clock.now()
         run.measureStart.store(start, ordering: .relaxed)
         let deliveredAtStart = run.progress.load(ordering: .relaxed)
@@ -153,6 +160,7 @@ struct FanoutRun {
         run.measureEnd.store(end, ordering: .relaxed)
         let deliveredAtEnd = run.progress.load(ordering: .relaxed)
         let publishedAtEnd = run.published.load(ordering: .relaxed)
+        outcome.cpu.stop()
         let published =
             try await publisher.withConnection { connection -> Int in
                 connection.stopPublishing()
@@ -222,6 +230,7 @@ extension FanoutRun.Outcome {
         if stats.deliveries > 0 {
             report.set("bytes_per_message", (Double(stats.receivedBytes) / Double(stats.deliveries)).rounded())
         }
+        cpu.fill(&report, count: deliveredInWindow, unit: "message")
         report.set("errors", counts: stats.errors)
         report.set("setup_failures", counts: setupFailures)
         if let rssBeforeKiB { report.set("rss_before_kib", rssBeforeKiB) }

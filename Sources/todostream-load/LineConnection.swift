@@ -16,6 +16,10 @@ struct ConnectionSettings: Sendable {
     /// Requesters: whether they stay subscribed to every broadcast (todostreamd) — by default
     /// they unsubscribe and receive only their own copies.
     var requestersSubscribed = false
+    /// todostreamd: what the publisher or requester sends.
+    var publish = PublishKind.toggle
+    /// The client's number in its scenario (staggers the mixed schedule; names redis keys).
+    var client = 0
 }
 
 /// One client connection of the load tool: splits what it reads into lines (NDJSON, and the
@@ -25,7 +29,8 @@ class LineConnection: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private static let maxStashBytes = 1 << 20
+    /// The longest line kept (a `ResponseTodoViewModels` reply lists every todo).
+    private static let maxStashBytes = 16 << 20
 
     let mode: ConnectionMode
     let run: RunState
@@ -77,6 +82,9 @@ class LineConnection: ChannelInboundHandler {
 
     /// Write (and flush) request `id` of this requester, sent at `time`.
     func writeRequest(id: Int, time: UInt64) {}
+
+    /// Publisher: requests sent and not yet answered (bounded by `maxPipeline`).
+    func requestsInFlight() -> Int { published - acked }
 
     // MARK: Channel events
 
@@ -245,16 +253,21 @@ class LineConnection: ChannelInboundHandler {
     }
 
     /// The answer to request `id` (nil: the protocol cannot tell, take the outstanding one).
-    final func requestCompleted(id: UInt64?, now: UInt64, failed: Bool) {
+    /// A failed answer (an error) is an answer: the next request follows, but it counts in
+    /// `failedRequests` rather than in the progress and the latencies. `kind` adds it to the
+    /// per-kind counts.
+    final func requestCompleted(id: UInt64?, now: UInt64, failed: Bool, kind: RequestKind? = nil) {
         guard requestOutstanding else { return }
         if let id, id != UInt64(nextRequestID) { return }
         requestOutstanding = false
-        if !failed {
+        let inWindow = requestSentAt >= windowStart && requestSentAt < windowEnd && now >= requestSentAt
+        if failed {
+            if inWindow { stats.failedRequests += 1 }
+        } else {
             stats.pendingProgress += 1
-            if requestSentAt >= windowStart, requestSentAt < windowEnd, now >= requestSentAt {
-                stats.latency.record(now - requestSentAt)
-            }
+            if inWindow { stats.latency.record(now - requestSentAt) }
         }
+        if let kind, inWindow { stats.recordKind(kind, latency: failed ? nil : now - requestSentAt) }
         sendNextRequest()
     }
 
@@ -293,7 +306,7 @@ class LineConnection: ChannelInboundHandler {
 
     final var publishedCount: Int { published }
 
-    /// The server acknowledged one publish (todostreamd: the publisher's own copy).
+    /// The server acknowledged one publish (todostreamd: a request of the publisher answered).
     final func publishAcknowledged() {
         acked += 1
         if publishing, rate == 0 { pump() }
@@ -313,7 +326,7 @@ class LineConnection: ChannelInboundHandler {
             }
         } else {
             while published < publishLimit {
-                if maxPipeline > 0, published - acked >= maxPipeline { break }
+                if maxPipeline > 0, requestsInFlight() >= maxPipeline { break }
                 if published - run.progress.load(ordering: .relaxed) / subscribers >= window {
                     run.publisherWaiting.store(true, ordering: .sequentiallyConsistent)
                     // Re-check after raising the flag, so a delivery that raced it still wakes us.

@@ -17,6 +17,9 @@ final class LoopStats {
 
     func countError(_ code: String) { counts.errors[code, default: 0] += 1 }
 
+    /// An answer to a request of `kind` (sent within the window); nil latency: it failed.
+    func recordKind(_ kind: RequestKind, latency: UInt64?) { counts.recordKind(kind, latency: latency) }
+
     func snapshot() -> LoopSnapshot { counts }
 }
 
@@ -31,7 +34,22 @@ struct LoopSnapshot: Sendable {
     var seqMismatches = 0
     var closedByPeer = 0
     var slowClosedByPeer = 0
+    /// Requests answered with an error, sent within the measured window.
+    var failedRequests = 0
+    /// Per `RequestKind` (indexed by its raw value; empty until a kind is recorded): answers
+    /// to requests sent within the measured window.
+    var kinds: [KindStats] = []
     var errors: [String: Int] = [:]
+
+    mutating func recordKind(_ kind: RequestKind, latency: UInt64?) {
+        if kinds.isEmpty { kinds = RequestKind.allCases.map { _ in KindStats() } }
+        if let latency {
+            kinds[kind.rawValue].answered += 1
+            kinds[kind.rawValue].latency.record(latency)
+        } else {
+            kinds[kind.rawValue].failed += 1
+        }
+    }
 
     mutating func merge(_ other: LoopSnapshot) {
         latency.merge(other.latency)
@@ -43,7 +61,28 @@ struct LoopSnapshot: Sendable {
         seqMismatches += other.seqMismatches
         closedByPeer += other.closedByPeer
         slowClosedByPeer += other.slowClosedByPeer
+        failedRequests += other.failedRequests
+        if kinds.isEmpty {
+            kinds = other.kinds
+        } else if !other.kinds.isEmpty {
+            for index in kinds.indices { kinds[index].merge(other.kinds[index]) }
+        }
         errors.merge(other.errors, uniquingKeysWith: +)
+    }
+}
+
+/// Answers to one kind of request.
+struct KindStats: Sendable {
+    /// Answered without an error (their latencies are in `latency`).
+    var answered = 0
+    /// Answered with an error.
+    var failed = 0
+    var latency = LatencyHistogram()
+
+    mutating func merge(_ other: KindStats) {
+        answered += other.answered
+        failed += other.failed
+        latency.merge(other.latency)
     }
 }
 

@@ -8,9 +8,9 @@ enum PeerPayload {
 
     static func write(into buffer: inout ByteBuffer, time: UInt64, seq: Int, size: Int) {
         buffer.writeInteger(UInt8(ascii: "@"))
-        writeDigits(time, count: 19, into: &buffer)
+        buffer.writeDigits(time, count: 19)
         buffer.writeInteger(UInt8(ascii: ":"))
-        writeDigits(UInt64(seq), count: 10, into: &buffer)
+        buffer.writeDigits(UInt64(seq), count: 10)
         buffer.writeInteger(UInt8(ascii: " "))
         let filler = max(size - headerBytes, 0)
         buffer.writeRepeatingByte(UInt8(ascii: "x"), count: filler)
@@ -22,18 +22,5 @@ enum PeerPayload {
             let (seq, _) = line.decimal(at: 21)
         else { return nil }
         return (time, seq)
-    }
-
-    private static func writeDigits(_ value: UInt64, count: Int, into buffer: inout ByteBuffer) {
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
-            var rest = value
-            var index = count - 1
-            while index >= 0 {
-                raw[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-                index -= 1
-            }
-            return count
-        }
     }
 }

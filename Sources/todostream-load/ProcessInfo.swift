@@ -16,6 +16,24 @@ enum SystemProbe {
         return nil
     }
 
+    /// CPU time `pid` has used so far (user + system, its threads included) in clock ticks,
+    /// from /proc/PID/stat (`utime` and `stime`, fields 14 and 15); nil when unreadable.
+    static func cpuTicks(pid: Int32) -> Int? {
+        guard let text = readSmallFile("/proc/\(pid)/stat", limit: 4_096),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        // After the command name (which may hold spaces and parentheses): field 3 onwards.
+        let fields = text[text.index(after: close)...].split(separator: " ", omittingEmptySubsequences: true)
+        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return nil }
+        return user + system
+    }
+
+    /// Clock ticks per second (`getconf CLK_TCK`).
+    static var clockTicksPerSecond: Int {
+        let ticks = sysconf(Int32(_SC_CLK_TCK))
+        return ticks > 0 ? ticks : 100
+    }
+
     /// Raises this process's open-file limit to at least `wanted` (or as far as allowed) and
     /// returns the soft limit in force afterwards.
     @discardableResult
@@ -80,5 +98,42 @@ enum SystemProbe {
     private static func hex2(_ byte: UInt8) -> String {
         let digits = Array("0123456789ABCDEF")
         return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
+    }
+}
+
+/// The server's CPU time (user + system) over the measured window, from /proc/PID/stat read
+/// at the window's start and end.
+struct ServerCPUWindow {
+    let pid: Int32?
+    private var startTicks: Int?
+    private var endTicks: Int?
+
+    init(pid: Int32?) { self.pid = pid }
+
+    mutating func start() { startTicks = pid.flatMap { SystemProbe.cpuTicks(pid: $0) } }
+
+    mutating func stop() { endTicks = pid.flatMap { SystemProbe.cpuTicks(pid: $0) } }
+
+    var ticks: Int? {
+        guard let startTicks, let endTicks else { return nil }
+        return endTicks - startTicks
+    }
+
+    var seconds: Double? { ticks.map { Double($0) / Double(SystemProbe.clockTicksPerSecond) } }
+
+    /// Adds `server_cpu_s`, `clk_tck` and `server_cpu_us_per_<unit>` (per `count` operations
+    /// completed in the window) to `report`.
+    func fill(_ report: inout Report, count: Int, unit: String) {
+        guard let ticks, let seconds else { return }
+        report.set("server_cpu_ticks", ticks)
+        report.set("clk_tck", SystemProbe.clockTicksPerSecond)
+        report.set("server_cpu_s", (seconds * 1_000).rounded() / 1_000)
+        if count > 0 { report.set("server_cpu_us_per_\(unit)", (seconds * 1e7 / Double(count)).rounded() / 10) }
+    }
+
+    /// " server CPU 12.3 µs/request" or "".
+    func text(count: Int, unit: String) -> String {
+        guard let seconds, count > 0 else { return "" }
+        return "; server CPU \(decimals(seconds * 1e6 / Double(count), 1)) µs/\(unit)"
     }
 }

@@ -7,11 +7,28 @@ final class RedisConnection: LineConnection {
     var requestChannel = "r.0"
     /// ... and publish to it through this second connection on the same loop.
     var partner: RedisConnection?
+    /// Durable requesters instead send `SET key value` on this one connection and wait for
+    /// its `+OK` (durable when the server runs with `--appendonly yes --appendfsync always`).
+    var durableKey: String?
+    /// What the server said of `appendonly` and `appendfsync` during setup (nil: not known,
+    /// e.g. CONFIG renamed away).
+    private(set) var appendOnly: String?
+    private(set) var appendFsync: String?
+    /// The CONFIG GET parameter whose value is the next line.
+    private var configParameter: String?
+    private var setPrefix: ByteBuffer?
+
+    private var isDurable: Bool { mode == .requester && durableKey != nil }
 
     override func didConnect() {
         switch mode {
         case .subscriber, .slowSubscriber: send("SUBSCRIBE \(settings.subject)\r\n")
-        case .requester: send("SUBSCRIBE \(requestChannel)\r\n")
+        case .requester:
+            if isDurable {
+                send("CONFIG GET appendonly\r\nCONFIG GET appendfsync\r\nPING\r\n")
+            } else {
+                send("SUBSCRIBE \(requestChannel)\r\n")
+            }
         case .publisher, .idle, .requestPublisher: send("PING\r\n")
         }
     }
@@ -23,14 +40,36 @@ final class RedisConnection: LineConnection {
             handlePeerMessage(line, now: now)
         case UInt8(ascii: ":"):
             // The subscription count confirms SUBSCRIBE; for a publisher, the receiver count.
-            if !isReady, mode == .subscriber || mode == .slowSubscriber || mode == .requester { markReady() }
+            if !isReady, !isDurable, mode == .subscriber || mode == .slowSubscriber || mode == .requester {
+                markReady()
+            }
         case UInt8(ascii: "+"):
-            if line.hasPrefix("+PONG") { markReady() }
+            if line.hasPrefix("+OK") {
+                if isDurable, isReady { requestCompleted(id: nil, now: now, failed: false) }
+            } else if line.hasPrefix("+PONG") {
+                markReady()
+            }
         case UInt8(ascii: "-"):
             stats.countError("redis: " + String(decoding: line.prefix(80), as: UTF8.self))
-            if !isReady { failSetup("redis setup failed") }
-        default:
+            if isDurable, isReady {
+                requestCompleted(id: nil, now: now, failed: true)
+            } else if isDurable, line.firstIndex(of: "CONFIG") != nil || line.firstIndex(of: "config") != nil {
+                // CONFIG refused or renamed away: the durability settings stay unknown.
+            } else if !isReady {
+                failSetup("redis setup failed")
+            }
+        case UInt8(ascii: "*"), UInt8(ascii: "$"):
             break
+        default:
+            guard isDurable, !isReady else { break }
+            // The CONFIG GET replies: `*2`, `$10`, `appendonly`, `$3`, `yes`.
+            let text = String(decoding: line, as: UTF8.self)
+            if let parameter = configParameter {
+                if parameter == "appendonly" { appendOnly = text } else { appendFsync = text }
+                configParameter = nil
+            } else if text == "appendonly" || text == "appendfsync" {
+                configParameter = text
+            }
         }
     }
 
@@ -48,6 +87,22 @@ final class RedisConnection: LineConnection {
     }
 
     override func writeRequest(id: Int, time: UInt64) {
+        if let durableKey {
+            // SET key value, the value --payload-bytes long (it changes with every request).
+            let size = max(settings.payloadBytes, PeerPayload.headerBytes)
+            if setPrefix == nil {
+                setPrefix = allocator.buffer(
+                    string: "*3\r\n$3\r\nSET\r\n$\(durableKey.utf8.count)\r\n\(durableKey)\r\n$\(size)\r\n"
+                )
+            }
+            var buffer = allocator.buffer(capacity: size + 64)
+            buffer.writeImmutableBuffer(setPrefix!)
+            PeerPayload.write(into: &buffer, time: time, seq: id, size: size)
+            buffer.writeString("\r\n")
+            send(buffer)
+            flushIfNeeded()
+            return
+        }
         guard let partner else { return }
         partner.send(publishCommand(channel: requestChannel, time: time, seq: id))
         partner.flushIfNeeded()

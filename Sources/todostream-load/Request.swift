@@ -2,20 +2,37 @@ import ArgumentParser
 import NIOCore
 import NIOPosix
 
-/// C clients, each sending a state-changing request and waiting for its own broadcast before
-/// the next.
+/// C clients, each sending a request and waiting for its answer before the next.
 struct Request: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "C clients each sending a request and waiting for its broadcast: requests/s and latency.",
-        discussion: """
-            todostreamd: each client toggles a todo of its own (a durable write) and waits for \
-            its copy of the broadcast (the one with `re`). By default the clients unsubscribe \
-            from Response* first, so each receives only its own copies; --subscribed keeps them \
-            subscribed, and every toggle then also goes to the other C-1 clients. Peers: each \
-            client publishes to a subject/channel of its own and waits for the message to come \
-            back through the server (redis: on a second connection; nothing is durable there).
-            """
+        abstract: "C clients each sending a request and waiting for its answer: requests/s and latency.",
+        discussion: [overview, PublishKind.discussion, cpuNote].joined(separator: "\n\n")
     )
+
+    private static let overview = """
+        todostreamd: each client sends requests about a todo of its own (--publish; by default \
+        it toggles it, a durable write) and waits for each one's answer before the next: for a \
+        toggle its copy of the broadcast (the one with `re`). By default the clients \
+        unsubscribe from Response* first, so each receives only its own replies and copies; \
+        --subscribed keeps them subscribed, and every broadcast then also goes to the other \
+        C-1 clients. Latency runs from the send of a request to the last frame answering it; \
+        requests/s and the latencies count the requests answered without an error, those \
+        answered with one are reported as `failed` (and by code under `errors`); both only for \
+        requests sent within the measured window.
+
+        Peers: each client publishes --payload-bytes to a subject/channel of its own and waits \
+        for the message to come back through the server (redis: on a second connection; \
+        nothing is durable there). redis with --durable: each client sends \
+        `SET key:<client> <--payload-bytes value>` on one connection and waits for its `+OK` — \
+        durable only when redis-server runs with `--appendonly yes --appendfsync always` \
+        (the result records what the server reports for both, from CONFIG GET). Compare it \
+        with todostreamd's `--publish edit`, whose every save is committed before its answer.
+        """
+
+    private static let cpuNote = """
+        With --pid, the server's CPU time over the measured window (/proc/PID/stat, utime + \
+        stime) is reported per request answered.
+        """
 
     @OptionGroup var common: CommonOptions
 
@@ -31,10 +48,25 @@ struct Request: AsyncParsableCommand {
     @Flag(help: "todostreamd: keep the clients subscribed to every broadcast.")
     var subscribed = false
 
+    @Option(help: PublishKind.helpText)
+    var publish = PublishKind.toggle
+
+    @Flag(help: "redis: SET key:<client> <--payload-bytes value> and wait for +OK (use --appendfsync always).")
+    var durable = false
+
     func validate() throws {
         guard (1...10_000).contains(clients) else { throw ValidationError("--clients must be 1…10000.") }
         guard duration > 0, duration <= 600, warmup >= 0, warmup <= 60 else {
             throw ValidationError("--duration ≤ 600 s and --warmup ≤ 60 s.")
+        }
+        guard !durable || common.target == .redis else {
+            throw ValidationError("--durable applies to redis only (todostreamd's writes are always durable).")
+        }
+        guard publish != .mixed || common.target == .todostreamd else {
+            throw ValidationError("--publish mixed applies to todostreamd only.")
+        }
+        guard publish == .toggle || common.target != .todostreamd || common.payloadBytes <= 10_000 else {
+            throw ValidationError("--publish \(publish.rawValue): --payload-bytes is a subtitle, at most 10000.")
         }
     }
 
@@ -60,6 +92,8 @@ struct Request: AsyncParsableCommand {
             let loop = group.next()
             var settings = common.settings(todoID: randomUUID(), subject: "r.\(client)")
             settings.requestersSubscribed = subscribed
+            settings.publish = publish
+            settings.client = client
             do {
                 switch common.target {
                 case .todostreamd:
@@ -79,6 +113,17 @@ struct Request: AsyncParsableCommand {
                         settings: settings,
                         on: loop,
                         configure: { ($0 as? NatsConnection)?.requestSubject = subject }
+                    ).get()
+                    requesters.append(handle)
+                    handles.append(handle)
+                case .redis where durable:
+                    let key = "key:\(client)"
+                    let handle = try await connector.connect(
+                        index: client,
+                        mode: .requester,
+                        settings: settings,
+                        on: loop,
+                        configure: { ($0 as? RedisConnection)?.durableKey = key }
                     ).get()
                     requesters.append(handle)
                     handles.append(handle)
@@ -114,12 +159,23 @@ struct Request: AsyncParsableCommand {
             await connector.closeAll(handles)
             throw LoadError("no client came up: \(failures)")
         }
+        // What redis says about its durability (from the first client's CONFIG GET).
+        var redisSettings: (appendOnly: String?, appendFsync: String?) = (nil, nil)
+        if durable, let first = requesters.first {
+            redisSettings =
+                try await first.withConnection { connection -> (String?, String?) in
+                    let redis = connection as? RedisConnection
+                    return (redis?.appendOnly, redis?.appendFsync)
+                }.get() ?? (nil, nil)
+        }
         let rssBefore = common.residentKiB()
         let sampler = PeakSampler(pid: common.pid)
+        var cpu = ServerCPUWindow(pid: common.pid)
         run.running.store(true, ordering: .relaxed)
         for handle in requesters { _ = handle.withConnection { $0.startRequests() } }
 
         await sleep(seconds: warmup)
+        cpu.start()
         let start = Clock.now()
         run.measureStart.store(start, ordering: .relaxed)
         let doneAtStart = run.progress.load(ordering: .relaxed)
@@ -127,6 +183,7 @@ struct Request: AsyncParsableCommand {
         let end = Clock.now()
         run.measureEnd.store(end, ordering: .relaxed)
         let doneAtEnd = run.progress.load(ordering: .relaxed)
+        cpu.stop()
         run.running.store(false, ordering: .relaxed)
         await sleep(seconds: 0.5)
         let rssPeak = await sampler.stop()
@@ -135,19 +192,34 @@ struct Request: AsyncParsableCommand {
 
         let seconds = Clock.seconds(end - start)
         let perSecond = seconds > 0 ? Double(doneAtEnd - doneAtStart) / seconds : 0
+        let done = doneAtEnd - doneAtStart
         var report = common.report(scenario: "request")
         report.set("clients", requesters.count)
+        if durable {
+            report.set("durable", true)
+            report.set("command", "SET")
+            report.set("appendonly", redisSettings.appendOnly.map(Report.Value.string) ?? .null)
+            report.set("appendfsync", redisSettings.appendFsync.map(Report.Value.string) ?? .null)
+        } else {
+            report.set("publish", publish.rawValue)
+        }
+        report.set("payload_bytes", common.payloadBytes)
         if common.target == .todostreamd { report.set("subscribed", subscribed) }
         report.set("duration_s", (seconds * 1_000).rounded() / 1_000)
-        report.set("requests", doneAtEnd - doneAtStart)
+        report.set("requests", done)
         report.set("requests_per_s", perSecond.rounded())
         report.setLatency(stats.latency)
+        report.set("failed", stats.failedRequests)
+        report.set("failed_per_s", seconds > 0 ? (Double(stats.failedRequests) / seconds).rounded() : 0)
+        if !stats.kinds.isEmpty, publish == .mixed { report.set("by_kind", Self.byKind(stats, seconds: seconds)) }
+        cpu.fill(&report, count: done + stats.failedRequests, unit: "request")
         report.set("closed_by_server", stats.closedByPeer)
         report.set("errors", counts: stats.errors)
         report.set("setup_failures", counts: failures)
         if let rssBefore { report.set("rss_before_kib", rssBefore) }
         if let rssPeak { report.set("rss_peak_kib", rssPeak) }
         var problems: [String] = []
+        if stats.failedRequests > 0 { problems.append("failed \(stats.failedRequests)") }
         if stats.closedByPeer > 0 { problems.append("closed by server \(stats.closedByPeer)") }
         if !stats.errors.isEmpty {
             problems.append(
@@ -156,14 +228,63 @@ struct Request: AsyncParsableCommand {
             )
         }
         if !failures.isEmpty { problems.append("setup failures \(failures.values.reduce(0, +))") }
-        let h = stats.latency
-        emit(
-            report,
-            human: "request \(common.serverName) clients=\(requesters.count): \(grouped(perSecond)) req/s; "
-                + "p50 \(decimals(Report.milliseconds(h.value(atQuantile: 0.5)), 3)) ms, "
-                + "p99 \(decimals(Report.milliseconds(h.value(atQuantile: 0.99)), 3)) ms, "
-                + "p99.9 \(decimals(Report.milliseconds(h.value(atQuantile: 0.999)), 3)) ms; "
-                + (problems.isEmpty ? "no errors" : problems.joined(separator: "; "))
-        )
+        if durable, redisSettings.appendFsync != "always" || redisSettings.appendOnly != "yes" {
+            problems.append(
+                "NOT durable: appendonly \(redisSettings.appendOnly ?? "?"), appendfsync \(redisSettings.appendFsync ?? "?")"
+            )
+        }
+        let what: String
+        if durable {
+            what = "durable SET, appendfsync \(redisSettings.appendFsync ?? "?")"
+        } else if common.target == .todostreamd {
+            what = publish.rawValue
+        } else {
+            what = "echo"
+        }
+        var human =
+            "request \(common.serverName) (\(what)) clients=\(requesters.count): \(grouped(perSecond)) req/s; "
+            + Self.latencyText(stats.latency) + cpu.text(count: done + stats.failedRequests, unit: "request") + "; "
+            + (problems.isEmpty ? "no errors" : problems.joined(separator: "; "))
+        if publish == .mixed {
+            for kind in RequestKind.allCases where !stats.kinds.isEmpty {
+                let counts = stats.kinds[kind.rawValue]
+                guard counts.answered + counts.failed > 0 else { continue }
+                human += "\n  \(kind.name): \(grouped(Double(counts.answered) / max(seconds, 1e-9))) req/s; "
+                human += Self.latencyText(counts.latency) + (counts.failed > 0 ? "; failed \(counts.failed)" : "")
+            }
+        }
+        emit(report, human: human)
+    }
+
+    static func latencyText(_ h: LatencyHistogram) -> String {
+        "p50 \(decimals(Report.milliseconds(h.value(atQuantile: 0.5)), 3)) ms, "
+            + "p99 \(decimals(Report.milliseconds(h.value(atQuantile: 0.99)), 3)) ms, "
+            + "p99.9 \(decimals(Report.milliseconds(h.value(atQuantile: 0.999)), 3)) ms"
+    }
+
+    /// `by_kind`: per request kind, answers in the window, their share, rate and latencies.
+    static func byKind(_ stats: LoopSnapshot, seconds: Double) -> Report.Value {
+        let total = stats.kinds.reduce(0) { $0 + $1.answered + $1.failed }
+        var kinds: [(String, Report.Value)] = []
+        for kind in RequestKind.allCases {
+            let counts = stats.kinds[kind.rawValue]
+            let h = counts.latency
+            let share = total > 0 ? Double(counts.answered + counts.failed) / Double(total) : 0
+            kinds.append(
+                (
+                    kind.name,
+                    .object([
+                        ("requests", .int(counts.answered)),
+                        ("failed", .int(counts.failed)),
+                        ("share", .double((share * 1_000).rounded() / 1_000)),
+                        ("requests_per_s", .double(seconds > 0 ? (Double(counts.answered) / seconds).rounded() : 0)),
+                        ("p50_ms", .double(Report.milliseconds(h.value(atQuantile: 0.5)))),
+                        ("p99_ms", .double(Report.milliseconds(h.value(atQuantile: 0.99)))),
+                        ("p999_ms", .double(Report.milliseconds(h.value(atQuantile: 0.999)))),
+                    ])
+                )
+            )
+        }
+        return .object(kinds)
     }
 }

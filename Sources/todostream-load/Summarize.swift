@@ -45,57 +45,106 @@ struct Summarize: ParsableCommand {
         for (key, value) in metadata { md += "- **\(key)**: \(value)\n" }
         md += "\nRatios are todostreamd (over TCP) ÷ the peer, measured on the same machine in the same run: "
         md += "above 1 means todostreamd delivers more (throughput) or takes more (latency, memory). "
-        md += "Latency runs from the publish (todostreamd: the send of the toggle request) to the receipt; "
-        md += "unthrottled latency mostly measures the load tool's window of messages in flight.\n"
+        md += "Latency runs from the publish (todostreamd: the send of the request) to the receipt; "
+        md += "unthrottled latency mostly measures the load tool's window of messages in flight. "
+        md += "A todostreamd publisher toggles a todo, or with \"edits\" saves it with a subtitle of the payload "
+        md += "size (the peers publish that payload size either way).\n"
 
+        let fanout = rows.filter { $0["scenario"] as? String == "fanout" }
         md += section(
             "Fan-out, unthrottled: delivered messages/s and publish→receive latency",
-            rows: rows.filter { $0["scenario"] as? String == "fanout" && $0["rate"] as? String == "max" },
-            configKey: "subscribers",
+            rows: fanout.filter { $0["rate"] as? String == "max" },
             configTitle: "subscribers",
+            config: { row in
+                guard let n = int(row["subscribers"]) else { return nil }
+                return Config(order: [n, publishOrder(row)], label: "\(n)\(publishSuffix(row))")
+            },
             metric: ("delivered_per_s", "delivered msg/s"),
             extra: latencyColumns,
+            ratioFields: ["subscribers", "rate", "publish"],
             ratios: &ratios
         )
-        let rated = rows.filter { $0["scenario"] as? String == "fanout" && $0["rate"] is NSNumber }
+        let rated = fanout.filter { $0["rate"] is NSNumber }
         md += section(
             "Fan-out at a fixed rate (\(rateText(rated))): delivered messages/s and latency",
             rows: rated,
-            configKey: "subscribers",
             configTitle: "subscribers",
+            config: { row in
+                guard let n = int(row["subscribers"]), let rate = int(row["rate"]) else { return nil }
+                return Config(
+                    order: [n, rate, publishOrder(row)],
+                    label: "\(n) at \(grouped(Double(rate)))/s\(publishSuffix(row))"
+                )
+            },
             metric: ("delivered_per_s", "delivered msg/s"),
             extra: latencyColumns,
+            ratioFields: ["subscribers", "rate", "publish"],
             ratios: &ratios,
             ratioOnMetric: false,
             ratioMetrics: ["p99_ms"]
         )
+        let requests = rows.filter { $0["scenario"] as? String == "request" }
         md += section(
             "Request path: each client sends a state change and waits for its broadcast",
-            rows: rows.filter { $0["scenario"] as? String == "request" },
-            configKey: "clients",
+            rows: requests.filter { publish($0) == "toggle" && !isDurable($0) },
             configTitle: "clients",
+            config: byInteger("clients"),
             metric: ("requests_per_s", "requests/s"),
             extra: latencyColumns,
+            ratioFields: ["clients"],
             ratios: &ratios
         )
         md += section(
+            "Durable requests: todostreamd edits (reply + own broadcast copy) against redis SET with appendfsync always",
+            rows: requests.filter {
+                isDurable($0) || (serverName($0).hasPrefix("todostreamd") && publish($0) == "edit")
+            },
+            configTitle: "clients",
+            config: byInteger("clients"),
+            metric: ("requests_per_s", "requests/s"),
+            extra: latencyColumns + [failedColumn, cpuColumn("server_cpu_us_per_request", "server CPU µs/request")],
+            ratioFields: ["clients", "publish", "durable"],
+            ratios: &ratios,
+            ratioMetrics: ["p99_ms", "p999_ms"],
+            preface: "Each client waits for its answer before its next request: todostreamd's is the reply "
+                + "ResponseUpdateDetailViewModel and its own copy of the ResponseTodoViewModel broadcast, sent "
+                + "after the save is committed; redis's is `+OK`, sent after the AOF is fsynced "
+                + "(`--appendonly yes --appendfsync always`). 1 client: sequential requests.\n"
+        )
+        let mixed = requests.filter { publish($0) == "mixed" }
+        md += section(
+            "Mixed view requests: each client sends a frontend's mix of the six view requests",
+            rows: mixed,
+            configTitle: "clients",
+            config: byInteger("clients"),
+            metric: ("requests_per_s", "requests/s"),
+            extra: latencyColumns + [failedColumn, cpuColumn("server_cpu_us_per_request", "server CPU µs/request")],
+            ratioFields: ["clients", "publish"],
+            ratios: &ratios,
+            preface: "Per 100 requests: 40 list, 10 detail, 5 new, 30 update (3 of them restores right after a "
+                + "delete), 12 toggle, 3 delete. A request is answered when every frame it causes for its sender "
+                + "arrived. todostreamd only: the peers have no equivalent.\n"
+        )
+        md += kindTable(mixed)
+        md += section(
             "Idle connections: server RSS per connection",
             rows: rows.filter { $0["scenario"] as? String == "idle" },
-            configKey: "connections",
             configTitle: "connections",
+            config: byInteger("connections"),
             metric: ("rss_per_connection_bytes", "bytes/connection"),
             extra: [
                 ("held", "held", { number($0["held"]) }),
                 ("rss_before_kib", "RSS before MiB", { mebibytes($0["rss_before_kib"]) }),
                 ("rss_after_kib", "RSS after MiB", { mebibytes($0["rss_after_kib"]) }),
             ],
+            ratioFields: ["connections"],
             ratios: &ratios
         )
         md += section(
             "Slow consumers: readers' throughput with non-readers present",
             rows: rows.filter { $0["scenario"] as? String == "slow" },
-            configKey: "subscribers",
             configTitle: "readers",
+            config: byInteger("subscribers"),
             metric: ("delivered_per_s", "readers' msg/s"),
             extra: [
                 ("slow_subscribers", "non-readers", { number($0["slow_subscribers"]) }),
@@ -105,6 +154,7 @@ struct Summarize: ParsableCommand {
                 ("queue_bound_kib", "bound MiB", { mebibytes($0["queue_bound_kib"]) }),
                 ("slow_closed_by_server", "non-readers closed", { number($0["slow_closed_by_server"]) }),
             ],
+            ratioFields: ["subscribers"],
             ratios: &ratios
         )
         if !commandLines.isEmpty {
@@ -124,6 +174,12 @@ struct Summarize: ParsableCommand {
 
     typealias Column = (key: String, title: String, format: (Row) -> String)
 
+    /// A table row's configuration: what the rows are sorted by and their first cell.
+    struct Config: Hashable {
+        var order: [Int]
+        var label: String
+    }
+
     private var latencyColumns: [Column] {
         [
             ("p50_ms", "p50 ms", { decimal($0["p50_ms"], 3) }),
@@ -132,33 +188,59 @@ struct Summarize: ParsableCommand {
         ]
     }
 
+    private var failedColumn: Column { ("failed", "failed", { number($0["failed"]) }) }
+
+    private func cpuColumn(_ key: String, _ title: String) -> Column { (key, title, { decimal($0[key], 1) }) }
+
+    private func byInteger(_ key: String) -> (Row) -> Config? {
+        { row in int(row[key]).map { Config(order: [$0], label: "\($0)") } }
+    }
+
+    private func publish(_ row: Row) -> String { row["publish"] as? String ?? "toggle" }
+
+    private func isDurable(_ row: Row) -> Bool { (row["durable"] as? NSNumber)?.boolValue ?? false }
+
+    private func publishOrder(_ row: Row) -> Int { ["toggle": 0, "edit": 1, "mixed": 2][publish(row)] ?? 3 }
+
+    private func publishSuffix(_ row: Row) -> String {
+        switch publish(row) {
+        case "toggle": ""
+        case "edit": ", edits"
+        case let other: ", \(other)"
+        }
+    }
+
     private func rateText(_ rows: [Row]) -> String {
         let rates = Set(rows.compactMap { ($0["rate"] as? NSNumber)?.doubleValue })
-        return rates.sorted().map { "\(Int($0)) publishes/s" }.joined(separator: ", ")
+        return rates.sorted().map { "\(grouped($0))" }.joined(separator: ", ") + " publishes/s"
     }
 
     /// A table with one row per (configuration, server) and the ratio of todostreamd to each
-    /// peer for `metric` (and `ratioMetrics`).
+    /// peer for `metric` (and `ratioMetrics`); `ratioFields` are copied from the rows into
+    /// each ratio entry.
     private func section(
         _ title: String,
         rows: [Row],
-        configKey: String,
         configTitle: String,
+        config: (Row) -> Config?,
         metric: (key: String, title: String),
         extra: [Column],
+        ratioFields: [String],
         ratios: inout [Row],
         ratioOnMetric: Bool = true,
-        ratioMetrics: [String] = []
+        ratioMetrics: [String] = [],
+        preface: String = ""
     ) -> String {
         guard !rows.isEmpty else { return "" }
         var out = "\n## \(title)\n\n"
+        if !preface.isEmpty { out += preface + "\n" }
         let headers = [configTitle, "server", metric.title] + extra.map(\.title) + ["todostreamd ÷ server", "notes"]
         out += "| " + headers.joined(separator: " | ") + " |\n"
         out += "|" + headers.map { _ in "---" }.joined(separator: "|") + "|\n"
-        let configs = Set(rows.compactMap { ($0[configKey] as? NSNumber)?.intValue }).sorted()
+        let configs = Set(rows.compactMap(config)).sorted { $0.order.lexicographicallyPrecedes($1.order) }
         let order = ["todostreamd", "todostreamd (ws)", "nats", "redis"]
-        for config in configs {
-            let group = rows.filter { ($0[configKey] as? NSNumber)?.intValue == config }
+        for configuration in configs {
+            let group = rows.filter { config($0) == configuration }
             let ours = group.first { serverName($0) == "todostreamd" }
             for server in order {
                 guard let row = group.first(where: { serverName($0) == server }) else { continue }
@@ -172,18 +254,19 @@ struct Summarize: ParsableCommand {
                             let ratio = mine / theirs
                             let label = key == metric.key ? "" : (ratioLabels[key] ?? key) + " "
                             parts.append("\(label)×\(format(ratio, key == metric.key ? 3 : 2))")
-                            ratios.append([
-                                "scenario": row["scenario"] ?? "", configKey: config, "rate": row["rate"] ?? "",
-                                "peer": server, "metric": key,
+                            var entry: Row = [
+                                "scenario": row["scenario"] ?? "", "peer": server, "metric": key,
                                 "todostreamd_over_peer": (ratio * 1_000).rounded() / 1_000,
-                            ])
+                            ]
+                            for field in ratioFields { entry[field] = row[field] ?? ours[field] ?? "" }
+                            ratios.append(entry)
                         }
                     }
                     ratioText = parts.isEmpty ? "—" : parts.joined(separator: ", ")
                 }
                 let cells =
-                    ["\(config)", server, number(row[metric.key])] + extra.map { $0.format(row) } + [
-                        ratioText, notes(row),
+                    [configuration.label, server, number(row[metric.key])] + extra.map { $0.format(row) } + [
+                        ratioText, notes(row, except: Set(extra.map(\.key))),
                     ]
                 out += "| " + cells.joined(separator: " | ") + " |\n"
             }
@@ -191,16 +274,39 @@ struct Summarize: ParsableCommand {
         return out
     }
 
-    private var ratioLabels: [String: String] { ["p99_ms": "p99"] }
+    /// Per request kind of the mixed runs: share, rate and latencies.
+    private func kindTable(_ rows: [Row]) -> String {
+        var out = ""
+        for row in rows {
+            guard let kinds = row["by_kind"] as? Row else { continue }
+            out += "\nBy kind, \(serverName(row)), \(number(row["clients"])) clients:\n\n"
+            out += "| request | share | requests/s | p50 ms | p99 ms | p99.9 ms | failed |\n"
+            out += "|---|---|---|---|---|---|---|\n"
+            for name in ["list", "detail", "new", "update", "restore", "toggle", "delete"] {
+                guard let kind = kinds[name] as? Row else { continue }
+                let share = (kind["share"] as? NSNumber).map { decimals($0.doubleValue * 100, 1) + " %" } ?? "—"
+                let cells = [
+                    name, share, number(kind["requests_per_s"]), decimal(kind["p50_ms"], 3),
+                    decimal(kind["p99_ms"], 3), decimal(kind["p999_ms"], 3), number(kind["failed"]),
+                ]
+                out += "| " + cells.joined(separator: " | ") + " |\n"
+            }
+        }
+        return out
+    }
+
+    private var ratioLabels: [String: String] { ["p99_ms": "p99", "p999_ms": "p99.9"] }
 
     private func serverName(_ row: Row) -> String {
         let target = row["target"] as? String ?? "?"
         return row["transport"] as? String == "ws" ? "\(target) (ws)" : target
     }
 
-    private func notes(_ row: Row) -> String {
+    /// Problems of a row, but those in columns (`except`).
+    private func notes(_ row: Row, except columns: Set<String>) -> String {
         var parts: [String] = []
-        for key in ["undelivered", "gaps", "duplicates", "unmatched", "seq_mismatches", "closed_by_server"] {
+        for key in ["failed", "undelivered", "gaps", "duplicates", "unmatched", "seq_mismatches", "closed_by_server"]
+        where !columns.contains(key) {
             if let value = (row[key] as? NSNumber)?.intValue, value > 0 {
                 parts.append("\(key.replacingOccurrences(of: "_", with: " ")) \(value)")
             }
@@ -213,6 +319,11 @@ struct Summarize: ParsableCommand {
         }
         return parts.isEmpty ? "" : parts.joined(separator: "; ").replacingOccurrences(of: "|", with: "/")
     }
+}
+
+private func int(_ value: Any?) -> Int? {
+    guard let value = value as? NSNumber else { return nil }
+    return Int(value.doubleValue.rounded())
 }
 
 private func number(_ value: Any?) -> String {

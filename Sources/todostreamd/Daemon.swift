@@ -243,6 +243,11 @@ final class Daemon: Sendable {
             await store.close()
             throw StartupError(message: error.message)
         }
+        // Said once everything is up, so that a startup failure stays a one-line error.
+        logger.notice(
+            "serving",
+            metadata: ["engine": "\(options.engine.rawValue)", "database": "\(options.databaseDescription)"]
+        )
         return Daemon(
             options: options,
             resolver: resolver,
@@ -263,24 +268,17 @@ final class Daemon: Sendable {
     ) async throws -> any ServedStore {
         switch options.engine {
         case .memory:
-            logger.notice("storage", metadata: ["engine": "memory", "database": "none (nothing is kept)"])
             return await GroupCommitStore.inMemory(retention: options.retention).0
         case .sqlite:
-            logger.notice(
-                "storage",
-                metadata: [
-                    "engine": "sqlite",
-                    "database": "\((options.dataDirectory as NSString).appendingPathComponent("todostream.sqlite"))",
-                ]
-            )
             do {
-                return try await GroupCommitStore.sqlite(
+                let store = try await GroupCommitStore.sqlite(
                     directory: options.dataDirectory,
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
                     eventLoop: group.any(),
                     logger: logger
                 )
+                return store
             } catch let error as StoreError {
                 throw StartupError(message: error.message)
             }
@@ -290,15 +288,14 @@ final class Daemon: Sendable {
                 settings.poolSize = options.postgres.poolSize
                 settings.acquireTimeout = options.postgres.timeout
                 settings.catchUpInterval = options.postgres.catchUpInterval
-                // The settings' description names host, port, database and user, never the password.
-                logger.notice("storage", metadata: ["engine": "postgres", "database": "\(settings)"])
-                return try await PostgresStore.open(
+                let store = try await PostgresStore.open(
                     settings: settings,
                     retention: options.retention,
                     startupTimeout: options.postgres.startupTimeout,
                     eventLoopGroup: group,
                     logger: logger
                 )
+                return store
             } catch let error as PostgresSettings.ParseError {
                 throw StartupError(message: "postgres_url \(error.message)")
             } catch let error as StoreError {

@@ -1,5 +1,6 @@
 import Crypto
 import EventStream
+import Foundation
 import Relay
 import TodoStore
 
@@ -30,6 +31,17 @@ extension DaemonOptions {
         if let storage { return storage }
         if let postgresURL, !postgresURL.isEmpty { return .postgres }
         return .sqlite
+    }
+
+    /// Where the data lives, for the startup log: never a password.
+    var databaseDescription: String {
+        switch engine {
+        case .memory: return "none (in memory; nothing is kept)"
+        case .sqlite: return (dataDirectory as NSString).appendingPathComponent("todostream.sqlite")
+        case .postgres:
+            // The settings' description names host, port, database and user, never the password.
+            return (try? PostgresSettings(url: postgresURL ?? "")).map { "\($0)" } ?? "?"
+        }
     }
 
     /// Checks what no single key can: the combinations.
