@@ -77,6 +77,12 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The todo app's web page (web/), embedded in the binary by SwiftPM.
+        .target(
+            name: "TodoWeb",
+            resources: [.embedInCode("web")],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "todostreamd",
             dependencies: [
@@ -84,6 +90,7 @@ let package = Package(
                 "TodoApp",
                 "TodoStore",
                 "Relay",
+                "TodoWeb",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -98,20 +98,48 @@ public struct JSONWriter: Sendable {
 
     private mutating func appendString(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case UInt8(ascii: "\n"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case UInt8(ascii: "\r"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case UInt8(ascii: "\t"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                bytes.append(Self.hex[Int(byte >> 4)])
-                bytes.append(Self.hex[Int(byte & 0xF)])
-            default: bytes.append(byte)
+        var text = value
+        // Copies the runs that need no escaping in one go (`withUTF8` makes the text contiguous).
+        text.withUTF8 { utf8 in
+            var start = 0
+            for index in utf8.indices {
+                let byte = utf8[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                if index > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index])) }
+                appendEscaped(byte)
+                start = index + 1
             }
+            if start < utf8.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...])) }
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func appendEscaped(_ byte: UInt8) {
+        switch byte {
+        case UInt8(ascii: "\""):
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"):
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "\\"))
+        case UInt8(ascii: "\n"):
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "n"))
+        case UInt8(ascii: "\r"):
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "r"))
+        case UInt8(ascii: "\t"):
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "t"))
+        case 0..<0x20:
+            bytes.append(UInt8(ascii: "\\"))
+            bytes.append(UInt8(ascii: "u"))
+            bytes.append(UInt8(ascii: "0"))
+            bytes.append(UInt8(ascii: "0"))
+            bytes.append(Self.hex[Int(byte >> 4)])
+            bytes.append(Self.hex[Int(byte & 0xF)])
+        default:
+            bytes.append(byte)
+        }
     }
 }

@@ -34,5 +34,20 @@ public struct SequenceOrderer<Item> {
         }
         return released
     }
+
+    /// Gives up on every seq through `seq` (they can no longer be had): drops what is held
+    /// back up to it and returns what is releasable after it, in order. Nothing happens when
+    /// `seq` was released already.
+    public mutating func skip(through seq: UInt64) -> [Item] {
+        guard seq >= next else { return [] }
+        for held in pending.keys where held <= seq { pending[held] = nil }
+        next = seq + 1
+        var released: [Item] = []
+        while let following = pending.removeValue(forKey: next) {
+            released.append(following)
+            next += 1
+        }
+        return released
+    }
 }
 extension SequenceOrderer: Sendable where Item: Sendable {}

@@ -5,14 +5,21 @@ import NIOHTTP1
 
 typealias EventStreamJSON = JSONWriter
 
+/// Files the HTTP listener serves, by URL path (`/index.html`, `/app.js`), with their content
+/// types.
+public typealias HTTPAssets = [String: (contentType: String, bytes: [UInt8])]
+
 /// What `/healthz` reports.
 public struct HealthReport: Sendable {
     public var storageOK: Bool
     public var connections: Int
     public var seq: UInt64
     public var epoch: String
+    /// Times this daemon gave up on seqs pruned from a shared journal before it read them.
+    public var resyncs: Int
 
-    public init(storageOK: Bool, connections: Int, seq: UInt64, epoch: String) {
+    public init(storageOK: Bool, connections: Int, seq: UInt64, epoch: String, resyncs: Int = 0) {
+        self.resyncs = resyncs
         self.storageOK = storageOK
         self.connections = connections
         self.seq = seq
@@ -20,9 +27,10 @@ public struct HealthReport: Sendable {
     }
 }
 
-/// The HTTP listener's fixed routes: the web frontend, `/healthz`, `/metrics`, and a clear
-/// answer for `/events` requests that are not WebSocket upgrades. Files are served from memory,
-/// never from paths joined onto the filesystem.
+/// The HTTP listener's fixed routes: `/healthz`, `/metrics`, a clear answer for `/events`
+/// requests that are not WebSocket upgrades, and the files the relay was given (a web frontend)
+/// at their paths, `/` being `/index.html`. Files are served from memory, never from paths
+/// joined onto the filesystem.
 final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -30,16 +38,19 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let health: @Sendable () async -> HealthReport
     private let metrics: @Sendable () async -> String
     private let originAllowed: @Sendable (HTTPHeaders) -> Bool
+    private let assets: HTTPAssets
     private var head: HTTPRequestHead?
 
     init(
         health: @escaping @Sendable () async -> HealthReport,
         metrics: @escaping @Sendable () async -> String,
-        originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true }
+        originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true },
+        assets: HTTPAssets = [:]
     ) {
         self.health = health
         self.metrics = metrics
         self.originAllowed = originAllowed
+        self.assets = assets
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -124,7 +135,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 extra: [("Upgrade", "websocket")]
             )
         }
-        if let asset = WebAssets.files[path == "/" ? "/index.html" : path] {
+        if let asset = assets[path == "/" ? "/index.html" : path] {
             return respond(context, head, .ok, asset.contentType, asset.bytes, extra: [("Cache-Control", "no-cache")])
         }
         respond(context, head, .notFound, "text/plain; charset=utf-8", Array("Not found.\n".utf8))
@@ -167,6 +178,7 @@ struct JSONWriterProxy {
         writer.field("connections", report.connections)
         writer.field("seq", report.seq)
         writer.field("epoch", report.epoch)
+        writer.field("resyncs", report.resyncs)
         writer.endObject()
         return writer.bytes
     }

@@ -91,7 +91,13 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         var shards: [ObjectIdentifier: Shard<Codec>] = [:]
         var ordered: [Shard<Codec>] = []
         for (index, loop) in loops.enumerated() {
-            let shard = Shard<Codec>(index: index, loop: loop, typeCount: codec.catalog.descriptors.count, head: head)
+            let shard = Shard<Codec>(
+                index: index,
+                loop: loop,
+                epoch: epoch,
+                typeCount: codec.catalog.descriptors.count,
+                head: head
+            )
             shards[ObjectIdentifier(loop)] = shard
             ordered.append(shard)
         }
@@ -324,6 +330,36 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         hand(work)
     }
 
+    /// The stream could not be followed through `seq` (another daemon's broadcasts were pruned
+    /// from the shared journal before this daemon read them): every seq up to it is given up,
+    /// every client is told `gap` with that seq (it refetches, as after a resume that found a
+    /// gap), and broadcasts after it flow on in order.
+    public func resynchronize(through seq: UInt64) {
+        let skipped = order.withLockedValue { state -> Bool in
+            guard seq >= state.orderer.next else { return false }
+            var parts = Array(repeating: [Shard<Codec>.InboxItem](), count: orderedShards.count)
+            let released = state.orderer.skip(through: seq)
+            state.highestAccepted = max(state.highestAccepted, seq)
+            state.released += released.count
+            for index in parts.indices {
+                parts[index].append(.gap(seq))
+                for frame in released { parts[index].append(.broadcast(index == 0 ? frame : frame.withOwnBytes())) }
+            }
+            var kept: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
+            for entry in state.deferred {
+                if entry.after < state.orderer.next {
+                    parts[entry.shard].append(entry.item)
+                } else {
+                    kept.append(entry)
+                }
+            }
+            state.deferred = kept
+            for (index, part) in parts.enumerated() { orderedShards[index].post(part) }
+            return true
+        }
+        if skipped { metrics.resynchronized() }
+    }
+
     /// Sends every session a control frame (used for `draining`).
     func sendToAll(_ make: @escaping @Sendable () -> ByteBuffer) {
         for shard in orderedShards {
@@ -381,6 +417,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// The place of this loop in the hub's list.
     let index: Int
+    let epoch: String
     let loop: any EventLoop
     /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
     /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
@@ -395,6 +432,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         case monitor(ByteBuffer, typeIndex: Int, except: SessionID)
         /// One request of the session has had every answer.
         case answered(SessionID)
+        /// Every seq through this one was given up: sessions are told `gap`.
+        case gap(UInt64)
         /// Anything else that must keep its place (a control frame to everyone).
         case run(@Sendable () -> Void)
     }
@@ -412,8 +451,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     var requestsIn: [Int]
     private(set) var fanOutLatency = LatencyHistogram()
 
-    init(index: Int, loop: any EventLoop, typeCount: Int, head: UInt64) {
+    init(index: Int, loop: any EventLoop, epoch: String, typeCount: Int, head: UInt64) {
         self.index = index
+        self.epoch = epoch
         self.loop = loop
         self.byType = Array(repeating: [:], count: typeCount)
         self.monitorsByType = Array(repeating: [:], count: typeCount)
@@ -495,6 +535,13 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 }
             case .answered(let id):
                 answered.append(id)
+            case .gap(let seq):
+                lastSeq = max(lastSeq, seq)
+                let frame = OutboundFrame.op("gap", correlation: nil) { writer in
+                    writer.field("epoch", epoch)
+                    writer.field("seq", seq)
+                }
+                for session in sessions.values { session.deliverControl(frame) }
             case .run(let body):
                 body()
             }

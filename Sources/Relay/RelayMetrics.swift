@@ -11,6 +11,7 @@ public final class RelayMetrics: Sendable {
         var slowConsumers = 0
         var resumes = 0
         var gaps = 0
+        var resynchronizations = 0
     }
 
     private let counters = NIOLockedValueBox(Counters())
@@ -30,6 +31,10 @@ public final class RelayMetrics: Sendable {
 
     func error(_ code: RelayErrorCode) { counters.withLockedValue { $0.errorsByCode[code.rawValue, default: 0] += 1 } }
     func slowConsumer() { counters.withLockedValue { $0.slowConsumers += 1 } }
+    func resynchronized() { counters.withLockedValue { $0.resynchronizations += 1 } }
+
+    /// Times the stream skipped seqs this daemon could no longer get (see `Hub.resynchronize`).
+    public var resynchronizations: Int { counters.withLockedValue { $0.resynchronizations } }
     func resumed(gap: Bool) {
         counters.withLockedValue {
             $0.resumes += 1
@@ -105,6 +110,12 @@ public final class RelayMetrics: Sendable {
         )
         single("todostream_resumes_total", "counter", "Resume requests.", c.resumes)
         single("todostream_resume_gaps_total", "counter", "Resume requests answered with gap.", c.gaps)
+        single(
+            "todostream_stream_resyncs_total",
+            "counter",
+            "Times this daemon fell further behind the shared journal than it retains, told every client gap and went on from the oldest entry kept.",
+            c.resynchronizations
+        )
         return (lines + extra).joined(separator: "\n") + "\n"
     }
 }

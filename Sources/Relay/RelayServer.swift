@@ -83,6 +83,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private let tlsContext: NIOLockedValueBox<NIOSSLContext?>
     private let health: @Sendable () async -> HealthReport
     private let metrics: @Sendable () async -> String
+    private let assets: HTTPAssets
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
@@ -91,9 +92,10 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private struct State {
         var serverChannels: [any Channel] = []
         var bound: BoundAddresses?
-        var started = false
     }
 
+    /// `assets` are the files the HTTP listener serves by URL path (`/` serves `/index.html`),
+    /// e.g. a web frontend; the relay itself knows nothing of them.
     public init(
         hub: Hub<Codec>,
         settings: RelaySettings,
@@ -104,6 +106,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         group: any EventLoopGroup,
         health: @escaping @Sendable () async -> HealthReport,
         metrics: @escaping @Sendable () async -> String = { "" },
+        assets: HTTPAssets = [:],
         logger: Logger
     ) {
         self.hub = hub
@@ -115,6 +118,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         self.tlsContext = NIOLockedValueBox(tlsContext)
         self.health = health
         self.metrics = metrics
+        self.assets = assets
         self.logger = logger
     }
 
@@ -166,7 +170,6 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         state.withLockedValue {
             $0.serverChannels = channels
             $0.bound = result
-            $0.started = true
         }
         for channel in channels {
             logger.info("listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
@@ -315,7 +318,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let httpHandler = HTTPHandler(
             health: health,
             metrics: metrics,
-            originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) }
+            originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) },
+            assets: assets
         )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
         try sync.configureHTTPServerPipeline(

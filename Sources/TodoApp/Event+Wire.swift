@@ -171,7 +171,7 @@ private struct ReferencePayload: Decodable {
     let version: Int?
 
     func reference(path: String) throws(PayloadError) -> TodoReference {
-        guard let uuid = UUID(uuidString: id) else {
+        guard let uuid = UUID(canonical: id) else {
             throw PayloadError(message: "\(path).id must be a UUID string.")
         }
         if let version, version < 0 {
@@ -197,7 +197,7 @@ private struct DetailPayload: Decodable {
 extension JSONWriter {
     mutating func write(_ todo: Todo) {
         beginObject()
-        field("id", todo.id.uuidString.lowercased())
+        field("id", todo.id.lowercased)
         field("createdAt", todo.createdAt.rfc3339)
         field("title", todo.title)
         field("subtitle", todo.subtitle)
@@ -250,7 +250,7 @@ extension JSONWriter {
 
     mutating func write(_ reference: TodoReference) {
         beginObject()
-        field("id", reference.id.uuidString.lowercased())
+        field("id", reference.id.lowercased)
         if let version = reference.version { field("version", version) }
         endObject()
     }
@@ -267,7 +267,7 @@ extension JSONWriter {
     mutating func write(_ read: ReadTodos) {
         beginObject()
         key("id")
-        if let id = read.id { string(id.uuidString.lowercased()) } else { null() }
+        if let id = read.id { string(id.lowercased) } else { null() }
         field("purpose", read.purpose == .list ? "list" : "detail")
         endObject()
     }

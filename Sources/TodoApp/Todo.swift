@@ -55,7 +55,8 @@ extension Todo {
         if title.isEmpty {
             return .failure(AppError(code: .validationFailed, message: "Please add a title.", field: "title"))
         }
-        if title.unicodeScalars.count > maxTitleScalars {
+        // A scalar takes at least one UTF-8 byte: short text needs no counting.
+        if title.utf8.count > maxTitleScalars, title.unicodeScalars.count > maxTitleScalars {
             return .failure(
                 AppError(
                     code: .validationFailed,
@@ -68,7 +69,7 @@ extension Todo {
     }
 
     public static func validatedSubtitle(_ raw: String) -> Result<String, AppError> {
-        if raw.unicodeScalars.count > maxSubtitleScalars {
+        if raw.utf8.count > maxSubtitleScalars, raw.unicodeScalars.count > maxSubtitleScalars {
             return .failure(
                 AppError(
                     code: .validationFailed,

@@ -49,7 +49,7 @@ public struct TodoWrite: Sendable, Hashable {
         guard let stored else {
             // Only a save of a fresh, never-stored todo creates one.
             guard case .update(let edit) = change, expectedVersion == nil || expectedVersion == 0 else {
-                return .failure(.notFound(id.uuidString.lowercased()))
+                return .failure(.notFound(id.lowercased))
             }
             return Self.edited(Todo(id: id, createdAt: now), with: edit, now: now)
         }

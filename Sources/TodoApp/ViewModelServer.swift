@@ -54,7 +54,7 @@ public struct ViewModelServer: EventServer {
             case .detail:
                 let detail = result.flatMap { todos -> Result<TodoDetailViewModel, AppError> in
                     guard let todo = todos.first(where: { $0.id == read.id }) else {
-                        return .failure(.notFound((read.id?.uuidString ?? "").lowercased()))
+                        return .failure(.notFound(read.id?.lowercased ?? ""))
                     }
                     return .success(TodoDetailViewModel(todo: todo))
                 }

@@ -23,6 +23,7 @@ final class JournalFollower: Sendable {
     private let eventLoop: any EventLoop
     private let logger: Logger
     private let publish: @Sendable ([JournalEntry]) -> Void
+    private let resynchronized: @Sendable (UInt64) -> Void
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
@@ -35,7 +36,8 @@ final class JournalFollower: Sendable {
         after: UInt64,
         eventLoop: any EventLoop,
         logger: Logger,
-        publish: @escaping @Sendable ([JournalEntry]) -> Void
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
     ) {
         self.connector = connector
         self.claims = claims
@@ -44,6 +46,7 @@ final class JournalFollower: Sendable {
         self.eventLoop = eventLoop
         self.logger = logger
         self.publish = publish
+        self.resynchronized = resynchronized
     }
 
     /// The newest seq handled (published, or left to the local path).
@@ -147,6 +150,37 @@ final class JournalFollower: Sendable {
         )
     }
 
+    /// The journal no longer holds what follows `after` (pruned while this daemon was behind):
+    /// gives up on everything before the oldest entry kept, has every client told `gap`, and
+    /// returns the seq to go on after.
+    private func resynchronize(on connection: PostgresConnection, generation: Int, after: UInt64) async throws -> UInt64
+    {
+        var oldest: Int64?
+        for try await value in try await connection.query(
+            "SELECT MIN(seq) FROM journal",
+            logger: logger
+        ).decode(Int64?.self) {
+            oldest = value
+        }
+        guard let oldest, UInt64(max(0, oldest)) > after + 1 else {
+            // Nothing was pruned after all (the rows were not there yet): read again.
+            throw DatabaseUnavailable()
+        }
+        let skipTo = UInt64(oldest) - 1
+        let current = cursor.withLockedValue { cursor -> Bool in
+            guard cursor.generation == generation, cursor.seq == after else { return false }
+            cursor.seq = skipTo
+            resynchronized(skipTo)
+            return true
+        }
+        guard current else { throw DatabaseUnavailable() }
+        logger.error(
+            "fell further behind than the journal keeps: seqs were pruned before this daemon read them; clients are told gap and refetch (raise journal.max_entries)",
+            metadata: ["seq.after": "\(after)", "seq.through": "\(skipTo)"]
+        )
+        return skipTo
+    }
+
     /// Reads everything after the cursor up to the head, page by page, and publishes what other
     /// daemons wrote.
     private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
@@ -163,11 +197,8 @@ final class JournalFollower: Sendable {
             let upper = min(target, from + Self.pageSize)
             let entries = try await PostgresStore.entries(on: connection, after: from, through: upper, logger: logger)
             guard entries.first?.seq == from + 1, entries.last?.seq == upper, entries.count == Int(upper - from) else {
-                logger.critical(
-                    "the journal no longer holds entries this daemon has not broadcast yet (pruned); raise journal.max_entries",
-                    metadata: ["seq.after": "\(from)", "seq.through": "\(upper)"]
-                )
-                throw DatabaseUnavailable()
+                from = try await resynchronize(on: connection, generation: generation, after: from)
+                continue
             }
             let current = cursor.withLockedValue { cursor -> Bool in
                 guard cursor.generation == generation, cursor.seq == from else { return false }

@@ -146,7 +146,7 @@ extension PostgresStore {
             try await connection.query("BEGIN", logger: logger)
             var ids: [String] = []
             var seen = Set<UUID>()
-            for write in writes where seen.insert(write.id).inserted { ids.append(write.id.uuidString.lowercased()) }
+            for write in writes where seen.insert(write.id).inserted { ids.append(write.id.lowercased) }
             // The one row every committer locks first (serialising commits across daemons, so
             // seqs are taken in commit order), and the touched todos, in one round trip.
             let (head, stored) = try await lockAndRead(ids, on: connection, logger: logger)
@@ -279,7 +279,7 @@ extension PostgresStore {
         for row in rows {
             let todo = row.todo
             todoValues.append(placeholders(9))
-            binds.append(todo.id.uuidString.lowercased())
+            binds.append(todo.id.lowercased)
             binds.append(row.rowID)
             binds.append(todo.createdAt.millisecondsSince1970)
             binds.append(todo.title)

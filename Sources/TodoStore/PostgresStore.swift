@@ -157,7 +157,7 @@ public actor PostgresStore: ServedStore {
                 if let id {
                     query = """
                         SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version
-                        FROM todos WHERE id = \(id.uuidString.lowercased())
+                        FROM todos WHERE id = \(id.lowercased)
                         """
                 } else {
                     query = """
@@ -310,7 +310,11 @@ public actor PostgresStore: ServedStore {
 
     // MARK: Following
 
-    public func follow(after: UInt64, publish: @escaping @Sendable ([JournalEntry]) -> Void) async {
+    public func follow(
+        after: UInt64,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
+    ) async {
         guard follower == nil, !closed else { return }
         let follower = JournalFollower(
             connector: connector,
@@ -319,7 +323,8 @@ public actor PostgresStore: ServedStore {
             after: after,
             eventLoop: eventLoopGroup.any(),
             logger: logger,
-            publish: publish
+            publish: publish,
+            resynchronized: resynchronized
         )
         self.follower = follower
         follower.start()

@@ -66,6 +66,10 @@ final class SQLiteBackend: StorageBackend {
             try await writer.exec("PRAGMA journal_mode=WAL")
             try await writer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
             try await writer.exec("PRAGMA wal_autocheckpoint=0")
+            // The whole working set stays in the writer's cache; pages are read through a map,
+            // not a read(2) each.
+            try await writer.exec("PRAGMA cache_size=-65536")
+            try await writer.exec("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
             try await writer.exec("PRAGMA journal_size_limit=67108864")
             try await Migrations.run(on: writer)
@@ -137,7 +141,7 @@ final class SQLiteBackend: StorageBackend {
         for record in batch {
             let todo = record.todo
             binds += [
-                .text(todo.id.uuidString.lowercased()), .integer(SQLiteInt64(record.rowID)),
+                .text(todo.id.lowercased), .integer(SQLiteInt64(record.rowID)),
                 .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title),
                 .text(todo.subtitle),
                 .text(todo.priority.rawValue),
@@ -249,13 +253,6 @@ final class SQLiteBackend: StorageBackend {
         try? await reader.close()
         try? await writer.close()
     }
-}
-
-/// A storage failure. Its message is safe to log; clients only ever see `unavailable`.
-public struct StoreError: Error, Sendable, CustomStringConvertible {
-    public let message: String
-    public init(message: String) { self.message = message }
-    public var description: String { message }
 }
 
 extension SQLiteConnection {

@@ -14,13 +14,23 @@ public protocol ServedStore: TodoStore, JournalReader {
     var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { get async }
 
     /// Starts handing every journal entry after `after` that this process did not write itself
-    /// to `publish`, in seq order. Does nothing for an engine that only this process writes.
-    func follow(after: UInt64, publish: @escaping @Sendable ([JournalEntry]) -> Void) async
+    /// to `publish`, in seq order. When the journal no longer holds entries the follower has not
+    /// read yet (pruned while it was behind), it calls `resynchronized` with the last seq it gives
+    /// up on and goes on after it. Does nothing for an engine that only this process writes.
+    func follow(
+        after: UInt64,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
+    ) async
 
     func close() async
 }
 
 extension GroupCommitStore: ServedStore {
     /// One process owns a SQLite or in-memory store: every broadcast is already local.
-    public func follow(after: UInt64, publish: @escaping @Sendable ([JournalEntry]) -> Void) async {}
+    public func follow(
+        after: UInt64,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
+    ) async {}
 }

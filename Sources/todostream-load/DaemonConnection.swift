@@ -1,6 +1,6 @@
 import NIOCore
 
-/// A client of todostreamd over TCP (newline-delimited JSON, PROTOCOL.md).
+/// A client of todostreamd over TCP (newline-delimited JSON, docs/PROTOCOL.md).
 ///
 /// Publishers and requesters send integer ids and keep every request until each frame it
 /// causes for its sender has arrived (`RequestKind.expectsReply`, `.expectsBroadcast`), or an

@@ -9,6 +9,7 @@ import Relay
 import ServiceLifecycle
 import TodoApp
 import TodoStore
+import TodoWeb
 import UnixSignals
 
 /// Everything `serve` needs, from flags (and later a config file).
@@ -165,7 +166,11 @@ final class Daemon: Sendable {
             maxBatch: options.maxBatch
         )
         // Other daemons' broadcasts (several daemons on one database) merge into the same order.
-        await store.follow(after: position.head) { entries in hub.publishJournal(entries) }
+        await store.follow(
+            after: position.head,
+            publish: { entries in hub.publishJournal(entries) },
+            resynchronized: { seq in hub.resynchronize(through: seq) }
+        )
 
         var options = options
         if options.devTLS, options.tlsCertificatePath == nil {
@@ -210,7 +215,8 @@ final class Daemon: Sendable {
                     storageOK: await store.isHealthy,
                     connections: hub.connectionCount,
                     seq: hub.seq,
-                    epoch: hub.epoch
+                    epoch: hub.epoch,
+                    resyncs: hub.metrics.resynchronizations
                 )
             },
             metrics: {
@@ -234,6 +240,7 @@ final class Daemon: Sendable {
                         )
                 )
             },
+            assets: TodoWeb.files,
             logger: logger
         )
         let addresses: BoundAddresses

@@ -3,6 +3,21 @@ import Testing
 @testable import EventStream
 
 @Suite struct SequenceOrdererTests {
+    @Test func skippingGivesUpOnTheMissingSeqsAndReleasesWhatFollows() {
+        var orderer = SequenceOrderer<UInt64>(after: 10)
+        // 11…13 never come; 12 and 15, 16 are held back.
+        #expect(orderer.accept(seq: 12, 12).isEmpty)
+        #expect(orderer.accept(seq: 15, 15).isEmpty)
+        #expect(orderer.accept(seq: 16, 16).isEmpty)
+        #expect(orderer.skip(through: 13).isEmpty, "14 is still missing")
+        #expect(orderer.heldBack == 2, "12 was dropped with the seqs given up")
+        #expect(orderer.skip(through: 14) == [15, 16])
+        #expect(orderer.next == 17)
+        #expect(orderer.skip(through: 5).isEmpty, "skipping back is nothing")
+        #expect(orderer.accept(seq: 16, 16).isEmpty, "a seq given up or released is dropped")
+        #expect(orderer.accept(seq: 17, 17) == [17])
+    }
+
     @Test func releasesInOrderAsTheyArrive() {
         var orderer = SequenceOrderer<UInt64>(after: 10)
         #expect(orderer.accept(seq: 11, 11) == [11])

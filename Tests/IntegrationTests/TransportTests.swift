@@ -204,6 +204,25 @@ struct RawWebSocket {
         }
     }
 
+    /// Every file of the web page (Sources/TodoWeb/web, embedded by SwiftPM) is served at its
+    /// path, byte for byte; `/` is the index.
+    @Test func everyFileOfTheWebPageIsServedAsIs() async throws {
+        let web = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../Sources/TodoWeb/web").standardizedFileURL
+        let names = try FileManager.default.contentsOfDirectory(atPath: web.path).filter { !$0.hasPrefix(".") }
+        #expect(names.contains("index.html"))
+        try await withDaemon { daemon in
+            for name in names.sorted() {
+                let expected = try String(contentsOf: web.appendingPathComponent(name), encoding: .utf8)
+                let served = try await httpGet(port: daemon.httpPort, path: "/\(name)")
+                #expect(served.status == 200, "/\(name)")
+                #expect(served.body == expected, "/\(name)")
+            }
+            let index = try String(contentsOf: web.appendingPathComponent("index.html"), encoding: .utf8)
+            #expect(try await httpGet(port: daemon.httpPort, path: "/").body == index)
+        }
+    }
+
     @Test func metricsCountFramesOutFanOutLatencyCommitsAndQueues() async throws {
         try await withDaemon { daemon in
             let (a, _) = try await daemon.client()

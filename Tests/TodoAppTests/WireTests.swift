@@ -95,3 +95,29 @@ import Testing
         #expect(Event.catalog.descriptors.filter { $0.layer == .model }.count == 4)
     }
 }
+
+@Suite struct UUIDFormTests {
+    @Test func theFastFormsAgreeWithFoundation() {
+        for _ in 0..<1_000 {
+            let uuid = UUID()
+            #expect(uuid.lowercased == uuid.uuidString.lowercased())
+            #expect(UUID(canonical: uuid.uuidString) == uuid)
+            #expect(UUID(canonical: uuid.lowercased) == uuid)
+        }
+    }
+
+    @Test func malformedTextIsNotAUUID() {
+        let good = "6f1c2a3b-0d4e-4f5a-8b9c-0d1e2f3a4b5c"
+        #expect(UUID(canonical: good) != nil)
+        for bad in [
+            "", "6f1c2a3b0d4e4f5a8b9c0d1e2f3a4b5c", "6f1c2a3b-0d4e-4f5a-8b9c-0d1e2f3a4b5",
+            "6f1c2a3b-0d4e-4f5a-8b9c-0d1e2f3a4b5cd",
+            "6f1c2a3b-0d4e-4f5a-8b9c_0d1e2f3a4b5c", "6f1c2a3g-0d4e-4f5a-8b9c-0d1e2f3a4b5c",
+            "6f1c2a3b--d4e-4f5a-8b9c-0d1e2f3a4b5c",
+            "6f1c2a3b-0d4e-4f5a-8b9c-0d1e2f3a4b5é",
+        ] {
+            #expect(UUID(canonical: bad) == nil, "\(bad)")
+            #expect(UUID(uuidString: bad) == nil, "Foundation agrees: \(bad)")
+        }
+    }
+}

@@ -1,4 +1,4 @@
-"""Helpers for the external-client acceptance suite (PROTOCOL.md, held against the real binary).
+"""Helpers for the external-client acceptance suite (docs/PROTOCOL.md, held against the real binary).
 
 The daemon itself comes from conftest.py (`daemon`, `daemon_factory`). Everything here talks to
 it over real sockets or through real client programs (`nc`, `openssl s_client`). Nothing here

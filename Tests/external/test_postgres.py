@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -632,3 +633,38 @@ def test_a_daemon_on_the_unix_socket_and_one_on_tcp_share_the_stream(daemon_fact
         cb.ping()
         _, made = create_todo(ca, "over the unix socket")
         assert cb.expect_seq(made["seq"]) == strip_re(made)
+
+
+def test_a_daemon_that_fell_behind_what_the_journal_keeps_tells_its_clients_gap_and_goes_on(
+        daemon_factory, database, tmp_path):
+    """B is stalled (SIGSTOP) while A writes far more than the journal keeps; once B runs again,
+    its follower finds the entries it had not read pruned: B's clients are told gap (they
+    refetch), /metrics counts it, and B goes on following: the next change reaches them."""
+    config = tmp_path / "small-journal.yaml"
+    config.write_text("journal:\n  max_entries: 10\n")
+    a, b = pg_daemons(daemon_factory, [*database[1], "--config", str(config)])
+    with LineClient(a.tcp_port, name="writer@A") as w, LineClient(b.tcp_port, name="observer@B") as ob:
+        ob.ping()
+        _, first = create_todo(w, "before the stall")
+        ob.expect_seq(first["seq"])
+        todo = first["payload"]["todo"]
+        b.signal(signal.SIGSTOP)
+        try:
+            last = None
+            for _ in range(200):  # the journal is pruned to 10 entries every 64 commits
+                last = toggle(w, todo)
+                assert last.get("seq"), last
+        finally:
+            b.signal(signal.SIGCONT)
+        gap = ob.expect(lambda f: f.get("op") == "gap", timeout=30, what="gap on B")
+        assert gap["epoch"] == w.hello["epoch"], gap
+        assert first["seq"] < gap["seq"] < last["seq"], (gap, first["seq"], last["seq"])
+        after = toggle(w, todo)
+        assert ob.expect_seq(after["seq"]) == strip_re(after), "B goes on following after the gap"
+        assert list_todos(ob) == list_todos(w), "a refetch on B sees what A sees"
+    status, body = http_get(b.http_port, "/metrics")
+    assert status == 200 and "todostream_stream_resyncs_total 1" in body.decode(), body.decode()[-2000:]
+    status, body = http_get(b.http_port, "/healthz")
+    assert status == 200 and json.loads(body)["resyncs"] == 1, body
+    status, body = http_get(a.http_port, "/metrics")
+    assert "todostream_stream_resyncs_total 0" in body.decode()

@@ -1,4 +1,4 @@
-"""PROTOCOL.md §1–§8 over plain TCP, with a Python socket NDJSON client against the real daemon.
+"""docs/PROTOCOL.md §1–§8 over plain TCP, with a Python socket NDJSON client against the real daemon.
 
 Uses the shared `daemon` fixture (conftest.py) for a daemon with default settings, and
 `daemon_factory` (helpers.py) for daemons that need flags (small queues, tokens, rate limits).

@@ -1,4 +1,4 @@
-"""Resume after a reconnect (PROTOCOL.md §5, issue 4), against the real daemon over TCP (and one
+"""Resume after a reconnect (docs/PROTOCOL.md §5, issue 4), against the real daemon over TCP (and one
 case over WebSocket): replay of what was missed, `resumed`, then live events with nothing
 missed or doubled — also while other clients keep writing, and across a daemon restart."""
 

@@ -1,4 +1,4 @@
-"""NDJSON over TLS with `openssl s_client` (PROTOCOL.md §1–§2, issue 3).
+"""NDJSON over TLS with `openssl s_client` (docs/PROTOCOL.md §1–§2, issue 3).
 
 A test CA and a server certificate are made at run time with the openssl CLI in a temp dir
 (never committed). s_client runs with `-verify_return_error`, `-quiet -no_ign_eof` under

@@ -1,4 +1,4 @@
-"""WebSocket at GET /events (PROTOCOL.md §1, issue 3): the Python `websockets` library doing the
+"""WebSocket at GET /events (docs/PROTOCOL.md §1, issue 3): the Python `websockets` library doing the
 nc flow, and a hand-written RFC 6455 client over a plain socket for the protocol violations."""
 
 import json

@@ -1,6 +1,6 @@
 // todostream web frontend: a pure view client of the daemon's event stream.
 //
-// It publishes only the six view-layer requests (PROTOCOL.md §6) over the WebSocket at
+// It publishes only the six view-layer requests (docs/PROTOCOL.md §6) over the WebSocket at
 // /events and renders the view models it receives; every todo string it shows (title,
 // subtitle, action titles, detail strings) comes from a view model. It keeps the epoch and the
 // highest seq it has seen, resumes from them after a reconnect, and refetches the list when

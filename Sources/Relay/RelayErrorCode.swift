@@ -1,4 +1,4 @@
-/// The relay's error codes (PROTOCOL.md §7), sent as `{"op":"error",...}`.
+/// The relay's error codes (docs/PROTOCOL.md §7), sent as `{"op":"error",...}`.
 public struct RelayErrorCode: Sendable, Hashable, CustomStringConvertible {
     public let rawValue: String
     private init(_ rawValue: String) { self.rawValue = rawValue }
@@ -17,15 +17,4 @@ public struct RelayErrorCode: Sendable, Hashable, CustomStringConvertible {
     public static let unavailable = RelayErrorCode("unavailable")
 
     public var description: String { rawValue }
-}
-
-/// An error answer: a stable code and a message for people.
-struct RelayError: Error, Sendable {
-    let code: RelayErrorCode
-    let message: String
-
-    init(_ code: RelayErrorCode, _ message: String) {
-        self.code = code
-        self.message = message
-    }
 }
