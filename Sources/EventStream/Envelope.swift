@@ -37,9 +37,13 @@ public enum Scope: Sendable, Hashable {
 public struct Emission<Event: Sendable>: Sendable {
     public let event: Event
     public let scope: Scope
+    /// The event's payload already encoded (JSON bytes), when the server has it at hand (a
+    /// broadcast's journal entry): the relay sends these bytes instead of encoding again.
+    public let encodedPayload: [UInt8]?
 
-    public init(_ event: Event, _ scope: Scope) {
+    public init(_ event: Event, _ scope: Scope, encodedPayload: [UInt8]? = nil) {
         self.event = event
         self.scope = scope
+        self.encodedPayload = encodedPayload
     }
 }

@@ -29,7 +29,7 @@ public struct EventBus<Event: StreamEvent>: Sendable {
     public func run(_ batch: [(event: Event, origin: Origin)]) async -> [Delivery<Event>] {
         var run = BatchRun<Event>(count: batch.count)
         for (index, item) in batch.enumerated() {
-            publish(item.event, scope: .internal, origin: item.origin, request: index, into: &run)
+            publish(Emission(item.event, .internal), origin: item.origin, request: index, into: &run)
         }
         while let model, !run.parked.isEmpty {
             let parked = run.parked
@@ -37,13 +37,7 @@ public struct EventBus<Event: StreamEvent>: Sendable {
             let answers = await model.handle(batch: parked.map(\.event))
             for (item, emissions) in zip(parked, answers) {
                 for emission in emissions {
-                    publish(
-                        emission.event,
-                        scope: emission.scope,
-                        origin: item.origin,
-                        request: item.request,
-                        into: &run
-                    )
+                    publish(emission, origin: item.origin, request: item.request, into: &run)
                 }
             }
         }
@@ -51,17 +45,19 @@ public struct EventBus<Event: StreamEvent>: Sendable {
     }
 
     private func publish(
-        _ event: Event,
-        scope: Scope,
+        _ emission: Emission<Event>,
         origin: Origin,
         request: Int,
         into run: inout BatchRun<Event>
     ) {
-        run.perRequest[request].append(Delivery(event, scope, origin))
+        let event = emission.event
+        run.perRequest[request].append(
+            Delivery(event, emission.scope, origin, encodedPayload: emission.encodedPayload)
+        )
         if let servers = serversByType[event.name] {
             for server in servers {
-                for emission in server.handle(event) {
-                    publish(emission.event, scope: emission.scope, origin: origin, request: request, into: &run)
+                for next in server.handle(event) {
+                    publish(next, origin: origin, request: request, into: &run)
                 }
             }
         }

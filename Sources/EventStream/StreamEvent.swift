@@ -27,11 +27,14 @@ public struct Delivery<Event: Sendable>: Sendable {
     public let event: Event
     public let scope: Scope
     public let origin: Origin
+    /// The payload already encoded, when the server that emitted it had it (see `Emission`).
+    public let encodedPayload: [UInt8]?
 
-    public init(_ event: Event, _ scope: Scope, _ origin: Origin) {
+    public init(_ event: Event, _ scope: Scope, _ origin: Origin, encodedPayload: [UInt8]? = nil) {
         self.event = event
         self.scope = scope
         self.origin = origin
+        self.encodedPayload = encodedPayload
     }
 }
 

@@ -203,13 +203,15 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         var work: [Work] = []
         work.reserveCapacity(deliveries.count + requests.count)
         for delivery in deliveries {
+            // Events inside the daemon go to monitors only.
+            if case .internal = delivery.scope, !monitors { continue }
             let name = delivery.event.name
             guard let typeIndex = codec.catalog.index(of: name) else { continue }
             let origin = delivery.origin
             var body: EncodedBody?
             switch delivery.scope {
             case .broadcast(let seq):
-                let encoded = codec.encodeBody(delivery.event)
+                let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
                 let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, body: encoded)
                 let originCopy =

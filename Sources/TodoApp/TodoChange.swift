@@ -106,14 +106,17 @@ public struct TodoWrite: Sendable, Hashable {
     }
 }
 
-/// A todo as committed, with the seq of the broadcast that announces it.
+/// A todo as committed, with the seq of the broadcast that announces it and, when the store
+/// has it, that broadcast's payload as journaled (the same bytes every client gets).
 public struct SavedTodo: Sendable, Hashable {
     public let todo: Todo
     public let seq: UInt64
+    public let broadcastPayload: [UInt8]?
 
-    public init(todo: Todo, seq: UInt64) {
+    public init(todo: Todo, seq: UInt64, broadcastPayload: [UInt8]? = nil) {
         self.todo = todo
         self.seq = seq
+        self.broadcastPayload = broadcastPayload
     }
 }
 

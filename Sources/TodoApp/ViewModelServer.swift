@@ -68,7 +68,8 @@ public struct ViewModelServer: EventServer {
                     Emission(.responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))), .reply),
                     Emission(
                         .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
-                        .broadcast(seq: saved.seq)
+                        .broadcast(seq: saved.seq),
+                        encodedPayload: saved.broadcastPayload
                     ),
                 ]
             case (.update, .failure(let error)):
@@ -77,7 +78,8 @@ public struct ViewModelServer: EventServer {
                 return [
                     Emission(
                         .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
-                        .broadcast(seq: saved.seq)
+                        .broadcast(seq: saved.seq),
+                        encodedPayload: saved.broadcastPayload
                     )
                 ]
             case (_, .failure(let error)):

@@ -95,7 +95,9 @@ public actor GroupCommitStore: TodoStore, JournalReader {
                         )
                     )
                     staged[todo.id] = (row, todo)
-                    answers.append(.write(.success(SavedTodo(todo: todo, seq: seq))))
+                    answers.append(
+                        .write(.success(SavedTodo(todo: todo, seq: seq, broadcastPayload: record.payload)))
+                    )
                 case .failure(let error):
                     answers.append(.write(.failure(error)))
                 }

@@ -165,7 +165,7 @@ extension PostgresStore {
                     if finalRows[todo.id] == nil { order.append(todo.id) }
                     // A todo's creation order is the seq of its first save.
                     finalRows[todo.id] = (current?.rowID ?? Int64(seq), todo)
-                    results.append(.success(SavedTodo(todo: todo, seq: seq)))
+                    results.append(.success(SavedTodo(todo: todo, seq: seq, broadcastPayload: record.payload)))
                 case .failure(let error):
                     results.append(.failure(error))
                 }
