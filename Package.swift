@@ -135,6 +135,17 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "RelayTests",
+            dependencies: [
+                "Relay",
+                "EventStream",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
                 "todostreamd", "Relay", "TodoApp", "TodoStore", "EventStream",

@@ -15,6 +15,10 @@ import NIOTLS
 /// come back in request order. Anything else (a control op, a frame answered with an error)
 /// waits until every request in flight has been answered, and the session reads ahead at most
 /// `maxPipelinedFrames` frames meanwhile, then stops reading.
+///
+/// The decisions are made by small state machines that do no I/O (`SessionStateMachine`,
+/// `AuthenticationStateMachine`, `ResumeStateMachine`, `InboundStateMachine`, and
+/// `OutboundQueue`); this handler feeds them events and carries out the actions they return.
 final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     typealias InboundIn = FrameEvent
     typealias OutboundIn = ByteBuffer
@@ -47,39 +51,26 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var logger: Logger
 
     private var context: ChannelHandlerContext?
-    private var started = false
-    private var registered = false
-    private var role: Role = .view
-    private var authenticated = false
-    private var badTokens = 0
+    private var lifecycle = SessionStateMachine()
+    private var authentication = AuthenticationStateMachine()
+    /// The client's `resume`: while one runs, nothing else from the client is handled.
+    private var resumption = ResumeStateMachine()
+    /// Frames read and waiting, and requests with the sequencer.
+    private var inbound = InboundStateMachine()
+    /// The subscriptions as written, and the event types they resolve to for the session's role.
     private var patterns: [TypePattern] = ["Response*"].compactMap(TypePattern.init)
     private var types = TypeSet()
-    private var inbound = CircularBuffer<FrameEvent>()
-    /// A resume is running: nothing else is handled until it ends.
-    private var busy = false
-    /// Requests handed to the sequencer and not yet answered.
-    private var requestsInFlight = 0
-    /// The first queued frame was found unable to join the requests in flight: it waits until
-    /// they have finished (and is not parsed again meanwhile).
-    private var headWaits = false
-    private var readHeld = false
     private var bucket: TokenBucket
-    private var closing = false
-    /// Live output held back while a resume replays the journal, or right after the greeting
-    /// (nil when live output flows).
-    private var heldLive: [(seq: UInt64?, frame: ByteBuffer)]?
-    /// Whether live output is held because the connection just started (see `initialHoldMs`).
-    private var holdingAtStart = false
-    private var resuming = false
-    private var heldLiveBytes = 0
+    /// The seq the greeting named.
     private var helloSeq: UInt64 = 0
+    /// Frames were handed to the channel since it was last flushed.
     private var needsFlush = false
     /// Frames waiting for the channel to be writable again (bounded; see `OutboundQueue`).
     private var outbound = OutboundQueue()
+    /// The hub's pass has been told to call `flushPending` for this session.
     private var fanOutPending = false
+    /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
-    /// The client half-closed its side: close once every frame it sent is answered.
-    private var inputClosed = false
 
     init(
         services: RelayServices<Codec>,
@@ -125,8 +116,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {
             // The client has finished sending (e.g. `nc -N`, a pipe at its end): answer
             // everything it sent, then close.
-            inputClosed = true
-            if started { drain() }
+            inbound.inputClosed()
+            if lifecycle.isStarted { drain() }
             return
         }
         if startMode == .onTLSHandshake, let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
@@ -146,14 +137,20 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func start() {
-        guard !started else { return }
-        started = true
+        let configuration = self.configuration
+        guard case .greet(let holdMilliseconds) = lifecycle.start(initialHoldMilliseconds: configuration.initialHoldMs)
+        else { return }
         helloSeq = services.hub.register(self)
-        registered = true
         services.hub.metrics.connected(transport)
         let auth = services.settings.auth
-        authenticated = !auth.required || preauthenticated != nil
-        if authenticated { applySubscriptions(patterns, role: preauthenticated ?? .view) }
+        let previousRole = authentication.role
+        let access = authentication.start(
+            required: auth.required,
+            preauthenticated: preauthenticated,
+            now: loop.now,
+            idleTimeout: .seconds(Int64(configuration.unauthenticatedIdleSeconds))
+        )
+        if case .granted(let role) = access { applySubscriptions(patterns, from: previousRole, to: role) }
         logger.debug("session started")
         let hello = OutboundFrame.op("hello", correlation: nil) { writer in
             writer.field("protocol", 1)
@@ -166,18 +163,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         write(hello)
         flush()
-        if configuration.initialHoldMs > 0 {
-            heldLive = []
-            holdingAtStart = true
+        if let holdMilliseconds {
             let bound = NIOLoopBound(self, eventLoop: loop)
-            loop.scheduleTask(in: .milliseconds(Int64(configuration.initialHoldMs))) { bound.value.releaseStartHold() }
+            loop.scheduleTask(in: .milliseconds(holdMilliseconds)) { bound.value.releaseStartHold() }
         }
-        if !authenticated {
+        if case .awaitToken(let deadline) = access {
             let seconds = configuration.unauthenticatedIdleSeconds
             let bound = NIOLoopBound(self, eventLoop: loop)
-            idleTimer = loop.scheduleTask(in: .seconds(Int64(seconds))) {
+            idleTimer = loop.scheduleTask(deadline: deadline) {
                 let session = bound.value
-                guard !session.authenticated else { return }
+                guard case .close = session.authentication.idleTimeoutElapsed(now: session.loop.now) else { return }
                 session.closeAfter(
                     OutboundFrame.error(
                         .unauthorized,
@@ -194,9 +189,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func stop() {
         idleTimer?.cancel()
         idleTimer = nil
-        guard registered else { return }
-        registered = false
-        if role == .monitor {
+        guard case .unregister = lifecycle.stop() else { return }
+        if authentication.role == .monitor {
             services.hub.updateSubscriptions(self, from: types, to: TypeSet(), monitor: true, isMonitor: false)
         }
         services.hub.unregister(self)
@@ -207,16 +201,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !closing else { return }
-        inbound.append(unwrapInboundIn(data))
-        if started { drain() }
+        guard !lifecycle.isClosing else { return }
+        inbound.frameReceived(unwrapInboundIn(data))
+        if lifecycle.isStarted { drain() }
     }
 
     func read(context: ChannelHandlerContext) {
-        if inbound.count >= configuration.maxPipelinedFrames {
-            readHeld = true
-        } else {
-            context.read()
+        switch inbound.readRequested(maxQueued: configuration.maxPipelinedFrames) {
+        case .read: context.read()
+        case .none: break
         }
     }
 
@@ -225,49 +218,48 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
+    /// Whether frames from the client wait: a resume is running, or the session is closing.
+    private var inboundPaused: Bool { resumption.isRunning || lifecycle.isClosing }
+
     /// Handles queued frames until one needs the bus (or a resume) to finish.
     private func drain() {
         let maxInFlight = configuration.maxPipelinedFrames
-        while !busy, !closing, let next = inbound.first {
-            if requestsInFlight == 0 {
-                inbound.removeFirst()
-                headWaits = false
-                handle(next)
-            } else if requestsInFlight < maxInFlight, !headWaits {
+        frames: while !inboundPaused {
+            switch inbound.nextFrame(maxInFlight: maxInFlight) {
+            case .handle(let frame):
+                handle(frame)
+            case .tryJoining(let frame):
                 // A frame that cannot join the requests in flight is parsed once, then waits
                 // (so does one the sequencer has no room for: it is tried again, in order, once
                 // the requests in flight are answered).
-                guard let request = pipelinable(next), submit(request) else {
-                    headWaits = true
-                    break
+                guard let request = pipelinable(frame), submit(request) else {
+                    inbound.headMustWait()
+                    break frames
                 }
-                inbound.removeFirst()
+                inbound.headJoined()
                 shard?.framesIn += 1
-            } else {
-                break
+            case .wait:
+                break frames
             }
         }
         flush()
-        if inputClosed, !busy, requestsInFlight == 0, inbound.isEmpty, !closing, let context {
-            closing = true
+        guard let context else { return }
+        switch inbound.drained(paused: inboundPaused, maxQueued: configuration.maxPipelinedFrames) {
+        case .close:
+            guard case .closeWhenFlushed = closeSession(.inputClosed) else { return }
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(ByteBuffer())).whenComplete { _ in channel.close(promise: nil) }
-            return
-        }
-        if readHeld, inbound.count < configuration.maxPipelinedFrames, let context {
-            readHeld = false
+        case .read:
             context.read()
+        case .none:
+            break
         }
     }
 
     /// Lets live output flow after the start hold, unless a resume has taken it over.
     private func releaseStartHold() {
-        guard holdingAtStart, !resuming else { return }
-        holdingAtStart = false
-        let held = heldLive ?? []
-        heldLive = nil
-        heldLiveBytes = 0
-        for item in held { write(item.frame) }
+        guard case .write(let held) = lifecycle.releaseStartHold() else { return }
+        for frame in held { write(frame) }
         flush()
     }
 
@@ -308,10 +300,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         switch (frame.type, frame.op) {
         case (.value(let type), .absent):
-            guard authenticated else { return refuseUnauthenticated(re) }
+            guard authentication.isAuthenticated else { return refuseUnauthenticated(re) }
             publish(type: type, bytes: bytes, re: re)
         case (.absent, .value(let op)):
-            guard authenticated || op == "ping" || op == "auth" else { return refuseUnauthenticated(re) }
+            guard authentication.isAuthenticated || op == "ping" || op == "auth" else {
+                return refuseUnauthenticated(re)
+            }
             control(op: op, frame: frame, re: re)
         case (.absent, .absent), (.value, .value), (.value, .invalid), (.invalid, .value), (.invalid, .invalid):
             sendError(.invalidFrame, "A frame needs exactly one of type (a string) or op (a string).", re)
@@ -339,7 +333,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.unknownType, "Unknown event type \(name).", re)
             return
         }
-        guard role == .view else {
+        guard authentication.role == .view else {
             sendError(.notPermitted, "A monitor session may not publish events.", re)
             return
         }
@@ -366,7 +360,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// The request `event` stands for when it may join the requests in flight: a frame that
     /// `handle` would publish without answering anything itself. Takes a rate-limit token.
     private func pipelinable(_ event: FrameEvent) -> PreparedRequest? {
-        guard case .frame(let buffer) = event, authenticated, role == .view else { return nil }
+        guard case .frame(let buffer) = event, authentication.isAuthenticated, authentication.role == .view else {
+            return nil
+        }
         let bytes = Array(buffer.readableBytesView)
         guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes), case .absent = frame.op,
             case .value(let name) = frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
@@ -387,19 +383,20 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             )
             return
         }
+        inbound.requestSubmitted()
     }
 
-    /// Hands a request to the sequencer; false (nothing done) when it has no room.
+    /// Hands a request to the sequencer; false (nothing done) when it has no room. The caller
+    /// tells `inbound` about it.
     private func submit(_ request: PreparedRequest) -> Bool {
         guard services.submit(request.event, Origin(session: id, correlation: request.re)) else { return false }
         if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
-        requestsInFlight += 1
         return true
     }
 
     /// One request has had every answer (called by the shard after writing them).
     func requestAnswered() {
-        requestsInFlight -= 1
+        inbound.requestAnswered()
         drain()
     }
 
@@ -426,6 +423,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func changeSubscriptions(subscribe: Bool, frame: ClientFrame, re: CorrelationID?) {
         let verb = subscribe ? "subscribe" : "unsubscribe"
+        let role = authentication.role
         guard case .value(let names) = frame.types else {
             sendError(.invalidFrame, "\(verb) needs types: a list of event type names or patterns ending in *.", re)
             return
@@ -461,7 +459,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         } else {
             next.removeAll { requested.contains($0) }
         }
-        applySubscriptions(next, role: role)
+        applySubscriptions(next, from: role, to: role)
         write(
             OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
                 OutboundFrame.stringArray(&writer, "types", next.map(\.text))
@@ -469,18 +467,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         )
     }
 
-    private func applySubscriptions(_ next: [TypePattern], role nextRole: Role) {
+    /// Registers `next` with the hub, resolved for `nextRole` (the session's role from now on).
+    private func applySubscriptions(_ next: [TypePattern], from previousRole: Role, to nextRole: Role) {
         let resolved = catalog.resolveAll(next, for: nextRole)
         services.hub.updateSubscriptions(
             self,
             from: types,
             to: resolved,
-            monitor: role == .monitor && registered,
+            monitor: previousRole == .monitor && lifecycle.isRegistered,
             isMonitor: nextRole == .monitor
         )
         patterns = next
         types = resolved
-        role = nextRole
     }
 
     private func authenticate(frame: ClientFrame, re: CorrelationID?) {
@@ -489,46 +487,42 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return
         }
         let auth = services.settings.auth
-        guard let granted = auth.role(for: token), auth.required || granted == .monitor else {
-            badTokens += 1
-            if badTokens >= 3 {
-                closeAfter(
-                    OutboundFrame.error(
-                        .unauthorized,
-                        "The token is not valid. Too many bad tokens; closing.",
-                        correlation: re
-                    )
+        let previousRole = authentication.role
+        switch authentication.tokenPresented(grants: auth.role(for: token), required: auth.required) {
+        case .granted(let role):
+            idleTimer?.cancel()
+            idleTimer = nil
+            applySubscriptions(patterns, from: previousRole, to: role)
+            write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) })
+        case .refuse:
+            sendError(.unauthorized, "The token is not valid.", re)
+        case .refuseAndClose:
+            closeAfter(
+                OutboundFrame.error(
+                    .unauthorized,
+                    "The token is not valid. Too many bad tokens; closing.",
+                    correlation: re
                 )
-            } else {
-                sendError(.unauthorized, "The token is not valid.", re)
-            }
-            return
+            )
         }
-        authenticated = true
-        idleTimer?.cancel()
-        idleTimer = nil
-        applySubscriptions(patterns, role: granted)
-        write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", granted.rawValue) })
     }
 
     // MARK: Resume
 
     private func resume(epoch: String, after: UInt64, re: CorrelationID?) {
-        busy = true
-        resuming = true
         // Live broadcasts held since the greeting stay held: they come after the replay.
-        let heldSinceStart = holdingAtStart
-        if heldLive == nil {
-            heldLive = []
-            heldLiveBytes = 0
-        }
+        let heldSinceStart = lifecycle.resumeStarted()
+        let action = resumption.resumeRequested(
+            epoch: epoch,
+            after: after,
+            heldSinceStart: heldSinceStart,
+            helloSeq: helloSeq,
+            current: services.hub.shard(for: loop)?.lastSeq ?? helloSeq,
+            pageSize: configuration.resumePageSize
+        )
+        guard case .replay(let plan) = action else { return }
         flush()
-        let current = services.hub.shard(for: loop)?.lastSeq ?? helloSeq
-        let replayThrough = min(helloSeq, current)
-        // Everything up to `covered` is now either replayed or was received live before.
-        let covered = heldSinceStart ? helloSeq : current
         let journal = services.journal
-        let pageSize = UInt64(max(1, configuration.resumePageSize))
         let types = self.types
         let catalog = self.catalog
         let bound = NIOLoopBound(self, eventLoop: loop)
@@ -537,23 +531,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         Task {
             do {
                 let position = try await journal.position()
-                let needsJournal = after < replayThrough
-                // A seq this daemon has not fanned out yet but the journal already holds (another
-                // daemon's, with several sharing one database) is fine: it and everything after
-                // it reach this session live, and the ones up to `after` are skipped.
-                guard epoch == position.epoch, epoch == currentEpoch, after <= max(current, position.head),
-                    !needsJournal || after + 1 >= position.oldest
-                else {
-                    loop.execute { bound.value.finishResume(.gap(current: current), re: re) }
+                guard plan.isServed(by: position, currentEpoch: currentEpoch) else {
+                    loop.execute { bound.value.finishResume(.gap(current: plan.current), re: re) }
                     return
                 }
-                var cursor = after
-                while cursor < replayThrough {
-                    let upper = min(replayThrough, cursor + pageSize)
-                    let entries = try await journal.entries(after: cursor, through: upper)
-                    guard entries.first?.seq == cursor + 1, entries.last?.seq == upper else {
+                var cursor = plan.after
+                while let page = plan.page(after: cursor) {
+                    let entries = try await journal.entries(after: page.after, through: page.through)
+                    guard page.isWhole(entries) else {
                         // Pruned while reading.
-                        loop.execute { bound.value.finishResume(.gap(current: current), re: re) }
+                        loop.execute { bound.value.finishResume(.gap(current: plan.current), re: re) }
                         return
                     }
                     let frames: [ByteBuffer] = entries.compactMap { entry in
@@ -567,30 +554,25 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                     }
                     let stillOpen = try await loop.submit { bound.value.writeReplayed(frames) }.get()
                     guard stillOpen else { return }
-                    cursor = upper
+                    cursor = page.through
                 }
-                loop.execute { bound.value.finishResume(.resumed(from: after + 1, to: max(after, covered)), re: re) }
+                loop.execute { bound.value.finishResume(plan.resumed, re: re) }
             } catch {
                 loop.execute { bound.value.finishResume(.failed, re: re) }
             }
         }
     }
 
-    private enum ResumeOutcome {
-        case resumed(from: UInt64, to: UInt64)
-        case gap(current: UInt64)
-        case failed
-    }
-
     /// Writes a page of replayed broadcasts; false once the session is closing.
     private func writeReplayed(_ frames: [ByteBuffer]) -> Bool {
-        guard !closing else { return false }
+        guard case .write = resumption.pageRead() else { return false }
         for frame in frames { write(frame) }
         flush()
-        return !closing
+        return resumption.pageRead() == .write
     }
 
-    private func finishResume(_ outcome: ResumeOutcome, re: CorrelationID?) {
+    private func finishResume(_ outcome: ResumeStateMachine.Outcome, re: CorrelationID?) {
+        guard case .answer(let release) = resumption.replayEnded(outcome) else { return }
         switch outcome {
         case .resumed(let from, let to):
             services.hub.metrics.resumed(gap: false)
@@ -611,16 +593,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case .failed:
             sendError(.unavailable, "The journal cannot be read right now; try again.", re)
         }
-        var skipThrough: UInt64 = 0
-        if case .resumed(let from, _) = outcome { skipThrough = from - 1 }
-        let held = heldLive ?? []
-        heldLive = nil
-        heldLiveBytes = 0
-        holdingAtStart = false
-        resuming = false
-        // Live broadcasts the client already had before (seq <= after) are not sent twice.
-        for item in held where (item.seq ?? .max) > skipThrough { write(item.frame) }
-        busy = false
+        for frame in release { write(frame) }
         drain()
     }
 
@@ -628,7 +601,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a broadcast; returns true when the caller should call `flushPending` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
-        guard !closing else { return false }
+        guard !lifecycle.isClosing else { return false }
         if hold(frame, seq: seq) { return false }
         write(frame)
         return markPending()
@@ -637,8 +610,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
     /// by one, for when live output is held); returns true like `enqueueBroadcast`.
     func enqueueBroadcastRun(_ run: ByteBuffer, frames: [BroadcastFrame]) -> Bool {
-        guard !closing else { return false }
-        if heldLive != nil {
+        guard !lifecycle.isClosing else { return false }
+        if isHoldingLiveOutput {
             for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
             return false
         }
@@ -652,7 +625,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a reply (or a monitor's copy); returns true like `enqueueBroadcast`.
     func enqueueReply(_ frame: ByteBuffer) -> Bool {
-        guard !closing else { return false }
+        guard !lifecycle.isClosing else { return false }
         if hold(frame, seq: nil) { return false }
         write(frame)
         return markPending()
@@ -671,21 +644,32 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func deliverControl(_ frame: ByteBuffer) {
-        guard !closing else { return }
+        guard !lifecycle.isClosing else { return }
         if hold(frame, seq: nil) { return }
         write(frame)
         flush()
     }
 
-    /// While resuming, live output waits; returns true when it was held.
+    /// Whether live output waits: right after the greeting, or while a resume replays.
+    private var isHoldingLiveOutput: Bool { resumption.isHoldingLiveOutput || lifecycle.isHoldingLiveOutput }
+
+    /// While live output waits, holds `frame`; returns true when it was held.
     private func hold(_ frame: ByteBuffer, seq: UInt64?) -> Bool {
-        guard heldLive != nil else { return false }
-        heldLive?.append((seq, frame))
-        heldLiveBytes += frame.readableBytes
-        if heldLiveBytes > configuration.maxQueueBytes || (heldLive?.count ?? 0) > configuration.maxQueueFrames {
-            slowConsumer()
+        guard isHoldingLiveOutput else { return false }
+        let limits = configuration
+        var result = resumption.hold(frame, seq: seq, maxBytes: limits.maxQueueBytes, maxFrames: limits.maxQueueFrames)
+        if result == .notHeld {
+            result = lifecycle.hold(frame, seq: seq, maxBytes: limits.maxQueueBytes, maxFrames: limits.maxQueueFrames)
         }
-        return true
+        switch result {
+        case .notHeld:
+            return false
+        case .held:
+            return true
+        case .heldOverBound:
+            slowConsumer()
+            return true
+        }
     }
 
     private func sendError(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) {
@@ -694,9 +678,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func write(_ buffer: ByteBuffer, frames: Int = 1) {
-        guard let context, !closing else { return }
+        guard let context, !lifecycle.isClosing else { return }
         var bytes = buffer
-        if role == .monitor, let redactor = services.settings.monitorRedactor {
+        if authentication.role == .monitor, let redactor = services.settings.monitorRedactor {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
@@ -727,7 +711,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable, !closing {
+        if context.channel.isWritable, !lifecycle.isClosing {
             // Hand the channel what waited, as much as it takes before it is full again.
             while context.channel.isWritable, let next = outbound.next() {
                 context.write(wrapOutboundOut(next), promise: nil)
@@ -747,15 +731,21 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Bytes written to this connection and not yet taken by the kernel.
     var queuedBytes: Int { channelBacklog + outbound.bytes }
 
+    /// Moves the session to closing for `reason`; `.none` when it already was.
+    private func closeSession(_ reason: SessionStateMachine.CloseReason) -> SessionStateMachine.CloseAction {
+        let action = lifecycle.close(reason)
+        if action != .none { resumption.sessionClosing() }
+        return action
+    }
+
     /// Over the outbound bound: drop what still waits, send the notice right behind the last
     /// complete frame the channel holds, then close once it is out (or after a grace period).
     /// Others are never held up by this client.
     private func slowConsumer() {
-        guard !closing, let context else { return }
+        guard let context, case .cutSlowConsumer = closeSession(.slowConsumer) else { return }
         let dropped = outbound.dropAll()
         logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         services.hub.metrics.slowConsumer()
-        closing = true
         let frame = OutboundFrame.error(
             .slowConsumer,
             "You are not reading fast enough; closing. Reconnect and resume to catch up.",
@@ -772,16 +762,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         // Input is still read (and dropped) meanwhile, so the close is orderly, not a reset
         // that could discard what the client has not read yet.
-        if readHeld {
-            readHeld = false
-            context.read()
-        }
+        if case .read = inbound.readsResumedForClose() { context.read() }
     }
 
     /// Sends a last frame behind everything queued, then closes.
     private func closeAfter(_ frame: ByteBuffer) {
-        guard let context, !closing else { return }
-        closing = true
+        guard let context, case .sendLastFrameAndClose = closeSession(.afterLastFrame) else { return }
         while let next = outbound.next() { context.write(wrapOutboundOut(next), promise: nil) }
         let channel = context.channel
         let promise = loop.makePromise(of: Void.self)
@@ -798,5 +784,5 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// Whether the session has nothing left to do (for graceful shutdown).
-    var isIdle: Bool { !busy && requestsInFlight == 0 && inbound.isEmpty }
+    var isIdle: Bool { !resumption.isRunning && inbound.isIdle }
 }

@@ -1,0 +1,172 @@
+import EventStream
+import NIOCore
+
+/// Guards a session's `resume`: what is replayed from the journal, the live output held back
+/// meanwhile (it goes out after the replay, without the broadcasts the client already has), and
+/// what `resumed` reports.
+///
+/// idle → replaying(plan, held) → idle. A session that starts closing during the replay is
+/// `abandoned`: the replay stops at its next page and nothing more is sent; the session stays
+/// busy unless the replay still reports an end (one already under way).
+struct ResumeStateMachine {
+    /// What a resume replays, worked out when it begins. Read by the task that pages through the
+    /// journal.
+    struct Plan: Equatable, Sendable {
+        let epoch: String
+        let after: UInt64
+        /// The newest seq broadcast on the session's loop when the resume began.
+        let current: UInt64
+        /// Replayed from the journal up to here: the greeting's seq, or `current` if lower (the
+        /// client cannot have received these live).
+        let replayThrough: UInt64
+        /// The newest seq the client has once the replay is done, replayed or received live.
+        let covered: UInt64
+        let pageSize: UInt64
+
+        /// Whether the journal at `position` can serve this resume (otherwise: `gap`). A seq
+        /// this daemon has not broadcast yet but the journal holds (another daemon's, sharing the
+        /// database) is fine: it and everything after it reach the session live.
+        func isServed(by position: JournalPosition, currentEpoch: String) -> Bool {
+            let needsJournal = after < replayThrough
+            return epoch == position.epoch && epoch == currentEpoch && after <= max(current, position.head)
+                && (!needsJournal || after + 1 >= position.oldest)
+        }
+
+        /// The journal page to read once everything up to `cursor` is replayed; nil when the
+        /// replay is done.
+        func page(after cursor: UInt64) -> Page? {
+            guard cursor < replayThrough else { return nil }
+            return Page(after: cursor, through: min(replayThrough, cursor + pageSize))
+        }
+
+        /// The outcome once every page is replayed.
+        var resumed: Outcome { .resumed(from: after + 1, to: max(after, covered)) }
+    }
+
+    /// The journal entries with seqs in `after + 1 ... through`.
+    struct Page: Equatable, Sendable {
+        let after: UInt64
+        let through: UInt64
+
+        /// Whether `entries` are the whole page (none was pruned while reading).
+        func isWhole(_ entries: [JournalEntry]) -> Bool {
+            entries.first?.seq == after + 1 && entries.last?.seq == through
+        }
+    }
+
+    enum Outcome: Equatable, Sendable {
+        case resumed(from: UInt64, to: UInt64)
+        case gap(current: UInt64)
+        /// The journal could not be read.
+        case failed
+    }
+
+    enum State: Equatable {
+        case idle
+        case replaying(Plan, held: HeldOutput)
+        case abandoned
+    }
+
+    enum StartAction: Equatable {
+        /// Page through the journal as `plan` says.
+        case replay(Plan)
+        /// A resume is already running.
+        case none
+    }
+
+    enum PageAction: Equatable {
+        /// Write the page's frames.
+        case write
+        /// The session is closing: stop replaying.
+        case stop
+    }
+
+    enum EndAction: Equatable {
+        /// Answer the resume with its outcome, then send `release` (the live output held
+        /// meanwhile, less what the client already has); frames from the client flow again.
+        case answer(release: [ByteBuffer])
+        /// No resume was running.
+        case none
+    }
+
+    private(set) var state: State = .idle
+
+    /// Whether a resume is running: frames from the client wait until it ends.
+    var isRunning: Bool {
+        if case .idle = state { return false }
+        return true
+    }
+
+    /// Whether live output is held (or, once abandoned, dropped).
+    var isHoldingLiveOutput: Bool { isRunning }
+
+    /// The client sent `resume`. `heldSinceStart` is the live output held since the greeting
+    /// (nil when none was); `helloSeq` the seq the greeting named; `current` the newest seq
+    /// broadcast on the session's loop.
+    mutating func resumeRequested(
+        epoch: String,
+        after: UInt64,
+        heldSinceStart: HeldOutput?,
+        helloSeq: UInt64,
+        current: UInt64,
+        pageSize: Int
+    ) -> StartAction {
+        guard case .idle = state else { return .none }
+        // Broadcasts held since the greeting stay held, behind the replay: then the replay
+        // covers everything up to the greeting's seq; otherwise the client may have received
+        // everything up to `current` live already.
+        let plan = Plan(
+            epoch: epoch,
+            after: after,
+            current: current,
+            replayThrough: min(helloSeq, current),
+            covered: heldSinceStart == nil ? current : helloSeq,
+            pageSize: UInt64(max(1, pageSize))
+        )
+        state = .replaying(plan, held: heldSinceStart ?? HeldOutput())
+        return .replay(plan)
+    }
+
+    /// Live output to send: held while replaying.
+    mutating func hold(_ frame: ByteBuffer, seq: UInt64?, maxBytes: Int, maxFrames: Int) -> HoldResult {
+        switch state {
+        case .idle:
+            return .notHeld
+        case .replaying(let plan, var held):
+            state = .abandoned  // so that `held` is the only reference and appending does not copy
+            let over = held.append(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
+            state = .replaying(plan, held: held)
+            return over ? .heldOverBound : .held
+        case .abandoned:
+            return .held
+        }
+    }
+
+    /// A page of replayed frames is ready to write.
+    func pageRead() -> PageAction {
+        if case .replaying = state { return .write }
+        return .stop
+    }
+
+    /// The session began closing.
+    mutating func sessionClosing() {
+        if case .replaying = state { state = .abandoned }
+    }
+
+    /// The replay ended with `outcome` (after the last page, or early with a gap or a failure).
+    mutating func replayEnded(_ outcome: Outcome) -> EndAction {
+        switch state {
+        case .idle:
+            return .none
+        case .abandoned:
+            state = .idle
+            return .answer(release: [])
+        case .replaying(_, let held):
+            state = .idle
+            // Live broadcasts the client already had before (seq <= after) are not sent twice.
+            var skipThrough: UInt64 = 0
+            if case .resumed(let from, _) = outcome { skipThrough = from - 1 }
+            return .answer(release: held.frames(after: skipThrough))
+        }
+    }
+}

@@ -1,0 +1,178 @@
+import EventStream
+import NIOCore
+import Testing
+
+@testable import Relay
+
+@Suite struct ResumeStateMachineTests {
+    private func frame(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
+
+    private func start(
+        _ machine: inout ResumeStateMachine,
+        after: UInt64,
+        heldSinceStart: HeldOutput? = nil,
+        helloSeq: UInt64 = 10,
+        current: UInt64 = 12,
+        pageSize: Int = 4
+    ) -> ResumeStateMachine.Plan? {
+        let action = machine.resumeRequested(
+            epoch: "E",
+            after: after,
+            heldSinceStart: heldSinceStart,
+            helloSeq: helloSeq,
+            current: current,
+            pageSize: pageSize
+        )
+        guard case .replay(let plan) = action else { return nil }
+        return plan
+    }
+
+    private func entries(_ seqs: ClosedRange<UInt64>) -> [JournalEntry] {
+        seqs.map { JournalEntry(seq: $0, type: "ResponseTodoViewModel", payload: []) }
+    }
+
+    @Test func replaysUpToTheGreetingAndCoversWhatCameLive() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 3))
+        #expect(machine.isRunning)
+        #expect(plan.replayThrough == 10)
+        // Nothing was held since the greeting: broadcasts up to `current` came live.
+        #expect(plan.covered == 12)
+        #expect(plan.resumed == .resumed(from: 4, to: 12))
+    }
+
+    @Test func heldSinceStartTheReplayCoversOnlyTheGreeting() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 3, heldSinceStart: HeldOutput()))
+        #expect(plan.covered == 10)
+        #expect(plan.resumed == .resumed(from: 4, to: 10))
+    }
+
+    @Test func nothingMissedReportsAnEmptyRange() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 10, helloSeq: 10, current: 10))
+        #expect(plan.page(after: 10) == nil)
+        #expect(plan.resumed == .resumed(from: 11, to: 10))
+    }
+
+    @Test func pagesCoverTheReplayExactly() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 1, pageSize: 4))
+        var pages: [ResumeStateMachine.Page] = []
+        var cursor = plan.after
+        while let page = plan.page(after: cursor) {
+            pages.append(page)
+            cursor = page.through
+        }
+        #expect(pages == [.init(after: 1, through: 5), .init(after: 5, through: 9), .init(after: 9, through: 10)])
+    }
+
+    @Test func aPageSizeBelowOneIsOne() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 8, pageSize: 0))
+        #expect(plan.page(after: 8) == .init(after: 8, through: 9))
+    }
+
+    @Test func aPrunedPageIsNotWhole() {
+        let page = ResumeStateMachine.Page(after: 4, through: 8)
+        #expect(page.isWhole(entries(5...8)))
+        #expect(!page.isWhole(entries(6...8)))
+        #expect(!page.isWhole(entries(5...7)))
+        #expect(!page.isWhole([]))
+    }
+
+    @Test func theJournalMustHoldEverythingAfterAfter() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 3))
+        let position = JournalPosition(epoch: "E", head: 12, oldest: 4)
+        #expect(plan.isServed(by: position, currentEpoch: "E"))
+        // Pruned past `after + 1`.
+        #expect(!plan.isServed(by: JournalPosition(epoch: "E", head: 12, oldest: 5), currentEpoch: "E"))
+        // Another epoch, in the journal or in the daemon.
+        #expect(!plan.isServed(by: JournalPosition(epoch: "F", head: 12, oldest: 1), currentEpoch: "E"))
+        #expect(!plan.isServed(by: position, currentEpoch: "F"))
+    }
+
+    @Test func anAfterBeyondEverySeqIsAGap() throws {
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 20))
+        #expect(!plan.isServed(by: JournalPosition(epoch: "E", head: 19, oldest: 1), currentEpoch: "E"))
+        // Another daemon's seq the journal already holds is fine, even if long pruned.
+        #expect(plan.isServed(by: JournalPosition(epoch: "E", head: 20, oldest: 15), currentEpoch: "E"))
+    }
+
+    @Test func liveOutputWaitsAndThenSkipsWhatTheClientHad() throws {
+        var machine = ResumeStateMachine()
+        var held = HeldOutput()
+        _ = held.append(frame("s11"), seq: 11, maxBytes: 1_000, maxFrames: 100)
+        _ = try #require(start(&machine, after: 11, heldSinceStart: held, helloSeq: 10, current: 10))
+        #expect(machine.isHoldingLiveOutput)
+        #expect(machine.hold(frame("reply"), seq: nil, maxBytes: 1_000, maxFrames: 100) == .held)
+        #expect(machine.hold(frame("s12"), seq: 12, maxBytes: 1_000, maxFrames: 100) == .held)
+        let end = machine.replayEnded(.resumed(from: 12, to: 11))
+        #expect(end == .answer(release: [frame("reply"), frame("s12")]))
+        #expect(!machine.isRunning)
+        #expect(machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100) == .notHeld)
+    }
+
+    @Test func aGapReleasesEverythingHeld() throws {
+        var machine = ResumeStateMachine()
+        _ = try #require(start(&machine, after: 3))
+        _ = machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100)
+        _ = machine.hold(frame("reply"), seq: nil, maxBytes: 1_000, maxFrames: 100)
+        #expect(machine.replayEnded(.gap(current: 12)) == .answer(release: [frame("s13"), frame("reply")]))
+        #expect(machine.state == .idle)
+    }
+
+    @Test func aSlowConsumerDuringTheReplayIsOverTheBound() throws {
+        var machine = ResumeStateMachine()
+        _ = try #require(start(&machine, after: 3))
+        #expect(machine.hold(frame("123456"), seq: 13, maxBytes: 10, maxFrames: 100) == .held)
+        #expect(machine.hold(frame("123456"), seq: 14, maxBytes: 10, maxFrames: 100) == .heldOverBound)
+        machine.sessionClosing()
+        #expect(machine.state == .abandoned)
+        // The replay stops at the next page; what was held is never sent.
+        #expect(machine.pageRead() == .stop)
+        #expect(machine.hold(frame("s15"), seq: 15, maxBytes: 10, maxFrames: 100) == .held)
+        #expect(machine.isRunning)
+    }
+
+    @Test func theStartHoldCountsTowardsTheBound() throws {
+        var machine = ResumeStateMachine()
+        var held = HeldOutput()
+        _ = held.append(frame("123456"), seq: 11, maxBytes: 10, maxFrames: 100)
+        _ = try #require(start(&machine, after: 3, heldSinceStart: held))
+        #expect(machine.hold(frame("123456"), seq: 12, maxBytes: 10, maxFrames: 100) == .heldOverBound)
+    }
+
+    @Test func closingDuringTheReplayStopsItAndAnEndReleasesNothing() throws {
+        var machine = ResumeStateMachine()
+        _ = try #require(start(&machine, after: 3))
+        #expect(machine.pageRead() == .write)
+        _ = machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100)
+        machine.sessionClosing()
+        #expect(machine.pageRead() == .stop)
+        // The journal answered before the replay noticed: the resume still ends, quietly.
+        #expect(machine.replayEnded(.gap(current: 12)) == .answer(release: []))
+        #expect(machine.state == .idle)
+    }
+
+    @Test func closingWhileIdleChangesNothing() {
+        var machine = ResumeStateMachine()
+        machine.sessionClosing()
+        #expect(machine.state == .idle)
+        #expect(machine.pageRead() == .stop)
+        #expect(machine.replayEnded(.failed) == .none)
+    }
+
+    @Test func aSecondResumeWhileOneRunsIsRefused() throws {
+        var machine = ResumeStateMachine()
+        let first = try #require(start(&machine, after: 3))
+        #expect(start(&machine, after: 5) == nil)
+        guard case .replaying(let plan, _) = machine.state else {
+            Issue.record("not replaying: \(machine.state)")
+            return
+        }
+        #expect(plan == first)
+    }
+}
