@@ -26,7 +26,7 @@ public struct EventBus<Event: StreamEvent>: Sendable {
 
     /// Runs a batch of published events (each `.internal`, from its origin) and returns what
     /// they caused, request by request.
-    public func run(_ batch: [(event: Event, origin: Origin)]) async -> [Delivery<Event>] {
+    public nonisolated(nonsending) func run(_ batch: [(event: Event, origin: Origin)]) async -> [Delivery<Event>] {
         var run = BatchRun<Event>(count: batch.count)
         for (index, item) in batch.enumerated() {
             publish(Emission(item.event, .internal), origin: item.origin, request: index, into: &run)

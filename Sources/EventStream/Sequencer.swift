@@ -39,7 +39,9 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     }
 
     /// Runs batches until `stop()` was called and everything queued before it has run.
-    public func run() async {
+    /// Runs on the caller's executor (`nonisolated(nonsending)`): a host that pins it to one
+    /// thread keeps every batch there, with no hop per batch.
+    public nonisolated(nonsending) func run() async {
         while let batch = await nextBatch() {
             let deliveries = await bus.run(batch)
             sink.deliver(deliveries, answering: batch.map(\.origin))
@@ -58,7 +60,7 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     /// Batches run, and requests in them.
     public var counts: SequencerStats { stats.withLock { $0 } }
 
-    private func nextBatch() async -> [Request]? {
+    private nonisolated(nonsending) func nextBatch() async -> [Request]? {
         switch queue.withLock({ $0.take() }) {
         case .batch(let batch): return batch
         case .finished: return nil

@@ -19,7 +19,7 @@ public protocol BatchServer<Event>: Sendable {
     associatedtype Event: StreamEvent
     var observes: Set<String> { get }
     /// Returns one list of emissions per event, in order.
-    func handle(batch: [Event]) async -> [[Emission<Event>]]
+    nonisolated(nonsending) func handle(batch: [Event]) async -> [[Emission<Event>]]
 }
 
 /// One event leaving the bus: what it is, how far it travels, who caused it.

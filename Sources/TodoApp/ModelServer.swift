@@ -14,7 +14,7 @@ public struct ModelServer: BatchServer {
         [Event.Kind.requestReadTodos.rawValue, Event.Kind.requestWriteTodo.rawValue]
     }
 
-    public func handle(batch: [Event]) async -> [[Emission<Event>]] {
+    public nonisolated(nonsending) func handle(batch: [Event]) async -> [[Emission<Event>]] {
         var requests: [ModelRequest] = []
         var positions: [Int?] = []
         requests.reserveCapacity(batch.count)

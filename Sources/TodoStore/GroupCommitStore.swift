@@ -1,5 +1,6 @@
 import EventStream
 import Foundation
+import NIOCore
 import TodoApp
 
 /// The todo store: todos held in memory, every write committed durably through a backend, one
@@ -11,6 +12,11 @@ import TodoApp
 public actor GroupCommitStore: TodoStore, JournalReader {
     private let backend: any StorageBackend
     private let now: @Sendable () -> Timestamp
+    /// The store runs on this loop: the one its database completes on and the sequencer runs
+    /// on, so a batch's commit needs no hop between threads but the database's own.
+    private let loop: any EventLoop
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
 
     private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
     private var nextRowID: Int64 = 1
@@ -25,8 +31,14 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     /// A journal prune rides along with every this-many commits.
     static let commitsPerPrune = 64
 
-    init(backend: any StorageBackend, state: LoadedState, now: @escaping @Sendable () -> Timestamp) {
+    init(
+        backend: any StorageBackend,
+        state: LoadedState,
+        loop: any EventLoop,
+        now: @escaping @Sendable () -> Timestamp
+    ) {
         self.backend = backend
+        self.loop = loop
         self.now = now
         self.epoch = state.position.epoch
         self.head = state.position.head

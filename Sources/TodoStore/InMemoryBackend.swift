@@ -1,6 +1,8 @@
 import EventStream
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
 import TodoApp
 
 /// Keeps everything in memory: for tests, and for runs that need no durability.
@@ -36,7 +38,7 @@ final class InMemoryBackend: StorageBackend {
 
     struct CommitFailed: Error {}
 
-    func commit(_ batch: [CommitRecord], prune: Bool) async throws {
+    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws {
         try state.withLockedValue { state in
             if state.failCommits { throw CommitFailed() }
             for record in batch {
@@ -65,11 +67,12 @@ extension GroupCommitStore {
     /// A store that keeps everything in memory.
     public static func inMemory(
         retention: JournalRetention = JournalRetention(),
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async -> (GroupCommitStore, InMemoryFaults) {
         let backend = InMemoryBackend(retention: retention)
         let state = LoadedState(todos: [], position: JournalPosition(epoch: backend.epoch, head: 0, oldest: 1))
-        let store = GroupCommitStore(backend: backend, state: state, now: now)
+        let store = GroupCommitStore(backend: backend, state: state, loop: eventLoop, now: now)
         return (store, InMemoryFaults(backend: backend))
     }
 }

@@ -133,7 +133,7 @@ final class SQLiteBackend: StorageBackend {
         return LoadedState(todos: todos, position: JournalPosition(epoch: epoch, head: head, oldest: oldest))
     }
 
-    func commit(_ batch: [CommitRecord], prune: Bool) async throws {
+    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws {
         guard let last = batch.last else { return }
         let recordedAt = SQLiteData.integer(SQLiteInt64(Timestamp.now().millisecondsSince1970))
         var binds: [SQLiteData] = []
@@ -256,8 +256,14 @@ final class SQLiteBackend: StorageBackend {
 }
 
 extension SQLiteConnection {
-    func exec(_ sql: String, _ binds: [SQLiteData] = []) async throws {
-        try await self.query(sql, binds) { _ in }
+    /// Runs one statement on the thread pool and resumes the caller on its own executor (the
+    /// store's event loop) once it is done: the future-based call, so no hop through the global
+    /// executor on the way back.
+    nonisolated(nonsending) func exec(_ sql: String, _ binds: [SQLiteData] = []) async throws {
+        let done: EventLoopFuture<Void> = self.query(sql, binds) { _ in }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            done.whenComplete { continuation.resume(with: $0) }
+        }
     }
 
     func rows(_ sql: String, _ binds: [SQLiteData]) async throws -> [SQLiteRow] {

@@ -43,7 +43,7 @@ extension GroupCommitStore {
             await backend.close()
             throw StoreError(message: "cannot read the database in data directory \(directory): \(error)")
         }
-        return GroupCommitStore(backend: backend, state: state, now: now)
+        return GroupCommitStore(backend: backend, state: state, loop: eventLoop, now: now)
     }
 
     static func prepareDirectory(_ directory: String) throws {

@@ -22,7 +22,7 @@ protocol StorageBackend: Sendable {
     func load() async throws -> LoadedState
     /// Commits the batch (todos and journal entries) in one transaction; with `prune`, the
     /// same transaction drops journal entries beyond the retention.
-    func commit(_ batch: [CommitRecord], prune: Bool) async throws
+    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry]
     func oldestRetained() async throws -> UInt64?
     func close() async

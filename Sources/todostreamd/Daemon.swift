@@ -95,6 +95,7 @@ final class Daemon: Sendable {
         resolver: (@Sendable () throws -> DaemonOptions)?,
         store: any ServedStore,
         sequencer: Sequencer<Event>,
+        sequencerLoop: any EventLoop,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
         signals: [UnixSignal],
@@ -122,7 +123,7 @@ final class Daemon: Sendable {
         self.serviceGroup = ServiceGroup(
             configuration: .init(
                 services: [
-                    .init(service: SequencerService(sequencer: sequencer)), .init(service: relay),
+                    .init(service: SequencerService(sequencer: sequencer, loop: sequencerLoop)), .init(service: relay),
                     .init(service: systemd),
                 ],
                 gracefulShutdownSignals: signals,
@@ -140,11 +141,13 @@ final class Daemon: Sendable {
         store givenStore: (any ServedStore)? = nil,
         resolver: (@Sendable () throws -> DaemonOptions)? = nil
     ) async throws -> Daemon {
+        // The loop the sequencer runs on, and the SQLite store with it.
+        let sequencerLoop = group.next()
         let store: any ServedStore
         if let givenStore {
             store = givenStore
         } else {
-            store = try await openStore(options, logger: logger, group: group)
+            store = try await openStore(options, logger: logger, group: group, loop: sequencerLoop)
         }
         let position: JournalPosition
         do {
@@ -260,6 +263,7 @@ final class Daemon: Sendable {
             resolver: resolver,
             store: store,
             sequencer: sequencer,
+            sequencerLoop: sequencerLoop,
             relay: relay,
             addresses: addresses,
             signals: signals,
@@ -271,18 +275,19 @@ final class Daemon: Sendable {
     private static func openStore(
         _ options: DaemonOptions,
         logger: Logger,
-        group: any EventLoopGroup
+        group: any EventLoopGroup,
+        loop: any EventLoop
     ) async throws -> any ServedStore {
         switch options.engine {
         case .memory:
-            return await GroupCommitStore.inMemory(retention: options.retention).0
+            return await GroupCommitStore.inMemory(retention: options.retention, eventLoop: loop).0
         case .sqlite:
             do {
                 let store = try await GroupCommitStore.sqlite(
                     directory: options.dataDirectory,
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
-                    eventLoop: group.any(),
+                    eventLoop: loop,
                     logger: logger
                 )
                 return store

@@ -35,7 +35,7 @@ final class RecordingModel: BatchServer, Sendable {
 
     init(holding: Bool = false) { self.holding = holding }
 
-    func handle(batch: [TestEvent]) async -> [[Emission<TestEvent>]] {
+    nonisolated(nonsending) func handle(batch: [TestEvent]) async -> [[Emission<TestEvent>]] {
         batches.withLockedValue { $0.append(batch.map(\.name)) }
         if holding {
             await withCheckedContinuation { continuation in gate.withLockedValue { $0 = continuation } }
