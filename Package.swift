@@ -131,7 +131,9 @@ let package = Package(
         ),
         .testTarget(
             name: "TodoStoreTests",
-            dependencies: ["TodoStore", "TodoApp", "EventStream"],
+            dependencies: [
+                "TodoStore", "TodoApp", "EventStream", .product(name: "SQLiteNIO", package: "sqlite-nio"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

@@ -46,6 +46,8 @@ enum PostgresMigrations {
         // PostgreSQL's commit is one statement already (see PostgresStore+Commit), so the
         // tables stay as they are; the step exists to keep both engines' versions in step.
         ["SELECT 1"],
+        // 3: the journal's age prune finds old entries by index, not by reading every entry.
+        ["CREATE INDEX IF NOT EXISTS journal_recorded_at ON journal (recorded_at)"],
     ]
 
     /// Brings the schema to the newest version; refuses a database newer than this build.

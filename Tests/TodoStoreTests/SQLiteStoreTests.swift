@@ -1,5 +1,6 @@
 import EventStream
 import Foundation
+import SQLiteNIO
 import Testing
 
 @testable import TodoApp
@@ -108,5 +109,27 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         let retried = try await store.write(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .delete)).get()
         #expect(retried.seq == 2)
         #expect(await store.isHealthy)
+    }
+}
+
+@Suite struct SQLiteSchemaTests {
+    @Test func theJournalsAgePruneUsesAnIndexNotAScanOfEveryEntry() async throws {
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        await store.close()
+        let connection = try await SQLiteConnection.open(
+            storage: .file(path: (directory as NSString).appendingPathComponent(SQLiteBackend.fileName))
+        )
+        let plan = try await connection.rows(
+            "EXPLAIN QUERY PLAN DELETE FROM journal WHERE recorded_at < ?",
+            [.integer(1)]
+        )
+        let details = plan.compactMap { $0.column("detail")?.string }.joined(separator: "; ")
+        #expect(
+            details.contains("USING INDEX journal_recorded_at") || details.contains("USING COVERING INDEX"),
+            "\(details)"
+        )
+        #expect(!details.hasPrefix("SCAN journal"), "\(details)")
+        try await connection.close()
     }
 }
