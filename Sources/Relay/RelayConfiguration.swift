@@ -15,6 +15,9 @@ public struct RelayConfiguration: Sendable, Equatable {
     /// After `slow_consumer` is sent, how long the client has to read it before the daemon
     /// closes the connection anyway.
     public var slowConsumerGraceMs: Int = 10_000
+    /// When one write leaves more than `maxQueueBytes` unsent, how long until the client is
+    /// looked at again: cut if it took nothing meanwhile.
+    public var slowConsumerCheckMs: Int = 1_000
     /// SO_SNDBUF for accepted connections (nil leaves the kernel's autotuning on). A small
     /// value makes the outbound bound apply sooner.
     public var socketSendBufferBytes: Int?

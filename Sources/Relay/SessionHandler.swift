@@ -708,6 +708,38 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard needsFlush, let context else { return }
         needsFlush = false
         context.flush()
+        watchForStall()
+    }
+
+    /// Whether a look at a backlog over the bound is scheduled, and how large it was then.
+    private enum StallWatch {
+        case idle
+        case watching(unsentBefore: Int)
+    }
+
+    private var stallWatch = StallWatch.idle
+
+    /// A single write may leave more unsent than `max_queue_bytes` (a batch written while the
+    /// channel was writable): then, a little later, a client that took nothing of it in the
+    /// meantime is cut; one that is reading is looked at again.
+    private func watchForStall() {
+        guard case .idle = stallWatch, !lifecycle.isClosing, queuedBytes > configuration.maxQueueBytes else { return }
+        stallWatch = .watching(unsentBefore: queuedBytes)
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        loop.scheduleTask(in: .milliseconds(Int64(configuration.slowConsumerCheckMs))) { bound.value.checkStall() }
+    }
+
+    private func checkStall() {
+        guard case .watching(let before) = stallWatch else { return }
+        stallWatch = .idle
+        guard !lifecycle.isClosing, context != nil else { return }
+        let unsent = queuedBytes
+        guard unsent > configuration.maxQueueBytes else { return }
+        if unsent >= before {
+            slowConsumer()
+        } else {
+            watchForStall()
+        }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {

@@ -13,6 +13,8 @@ import PostgresNIO
 /// journal, so notifications that arrive late, together, or never change nothing but latency.
 /// Entries this daemon committed itself (`LocalClaims`) are skipped: their broadcasts already go
 /// out through the local path, with the requester's `re` copy.
+///
+/// It starts no task of its own: `run()` follows in its caller's task until that is cancelled.
 final class JournalFollower: Sendable {
     /// Entries read per query while catching up.
     static let pageSize: UInt64 = 1000
@@ -27,7 +29,6 @@ final class JournalFollower: Sendable {
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
-    private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     init(
         connector: PostgresConnector,
@@ -52,21 +53,9 @@ final class JournalFollower: Sendable {
     /// The newest seq handled (published, or left to the local path).
     var handled: UInt64 { cursor.withLockedValue { $0.seq } }
 
-    func start() {
-        task.withLockedValue { task in
-            guard task == nil else { return }
-            task = Task { await self.run() }
-        }
-    }
-
-    func stop() {
-        task.withLockedValue { task in
-            task?.cancel()
-            task = nil
-        }
-    }
-
-    private func run() async {
+    /// Follows, reconnecting after every failure, until the task is cancelled. Cancelling closes
+    /// the connection in use, so that the follower stops at once, not after its query.
+    func run() async {
         var delay = Duration.milliseconds(100)
         var connectionID = 0
         while !Task.isCancelled {
@@ -82,7 +71,11 @@ final class JournalFollower: Sendable {
                 )
                 delay = .milliseconds(100)
                 do {
-                    try await follow(on: connection, generation: generation)
+                    try await withTaskCancellationHandler {
+                        try await follow(on: connection, generation: generation)
+                    } onCancel: {
+                        connection.close()
+                    }
                 } catch {
                     try? await connection.close()
                     throw error

@@ -27,10 +27,13 @@ public actor PostgresStore: ServedStore {
     let health = DatabaseHealth()
     private let now: @Sendable () -> Timestamp
     private let epoch: String
+    /// The journal's position read at opening, before the pool runs.
+    private let opened: JournalPosition
     private let eventLoopGroup: any EventLoopGroup
 
-    private var clientTask: Task<Void, Never>?
-    private var follower: JournalFollower?
+    /// `runConnections()` was called: the pool runs (once only) in its caller's task.
+    private var poolStarted = false
+    private var following = false
     private var commitLatency = LatencyHistogram()
     private var commitsSincePrune = 0
     /// Batches being executed.
@@ -41,18 +44,17 @@ public actor PostgresStore: ServedStore {
 
     private init(
         client: PostgresClient,
-        clientTask: Task<Void, Never>,
         connector: PostgresConnector,
-        epoch: String,
+        opened: JournalPosition,
         retention: JournalRetention,
         eventLoopGroup: any EventLoopGroup,
         logger: Logger,
         now: @escaping @Sendable () -> Timestamp
     ) {
         self.client = client
-        self.clientTask = clientTask
         self.connector = connector
-        self.epoch = epoch
+        self.epoch = opened.epoch
+        self.opened = opened
         self.retention = retention
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
@@ -60,7 +62,9 @@ public actor PostgresStore: ServedStore {
     }
 
     /// Connects (retrying for up to `startupTimeout` while the database is unreachable),
-    /// migrates the schema under an advisory lock, and reads the epoch.
+    /// migrates the schema under an advisory lock, and reads the epoch and the journal's
+    /// position, all on one connection of its own that is closed again. The pool starts nothing
+    /// here: it runs inside `runConnections()`, for as long as its caller's task lets it.
     ///
     /// Throws `StoreError` with a one-line message that names the database but never the
     /// password.
@@ -73,32 +77,14 @@ public actor PostgresStore: ServedStore {
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async throws -> PostgresStore {
         let connector = try PostgresConnector(settings: settings)
-        let client = PostgresClient(
-            configuration: connector.clientConfiguration,
-            eventLoopGroup: eventLoopGroup,
-            backgroundLogger: logger
-        )
-        let clientTask = Task { await client.run() }
         let deadline = ContinuousClock.now.advanced(by: startupTimeout)
         var delay = Duration.milliseconds(100)
-        var epoch: String?
+        var opened: JournalPosition?
         var lastError = ""
-        while epoch == nil {
+        while opened == nil {
             do {
-                epoch = try await client.withLease(timeout: settings.acquireTimeout) { connection in
-                    try await PostgresMigrations.run(on: connection, logger: logger)
-                    var epoch: String?
-                    for try await value in try await connection.query(
-                        "SELECT epoch FROM stream_state WHERE id = 1",
-                        logger: logger
-                    ).decode(String.self) {
-                        epoch = value
-                    }
-                    guard let epoch else { throw StoreError(message: "the database has no stream_state row") }
-                    return epoch
-                }
+                opened = try await prepare(connector: connector, eventLoop: eventLoopGroup.any(), logger: logger)
             } catch let error as StoreError {
-                clientTask.cancel()
                 throw error
             } catch {
                 lastError = Self.describe(error)
@@ -111,20 +97,72 @@ public actor PostgresStore: ServedStore {
                 delay = min(delay * 2, .seconds(2))
             }
         }
-        guard let epoch else {
-            clientTask.cancel()
+        guard let opened else {
             throw StoreError(message: "cannot reach PostgreSQL at \(settings): \(lastError)")
         }
-        logger.info("PostgreSQL store open", metadata: ["database": "\(settings)", "epoch": "\(epoch)"])
+        logger.info("PostgreSQL store open", metadata: ["database": "\(settings)", "epoch": "\(opened.epoch)"])
+        let client = PostgresClient(
+            configuration: connector.clientConfiguration,
+            eventLoopGroup: eventLoopGroup,
+            backgroundLogger: logger
+        )
         return PostgresStore(
             client: client,
-            clientTask: clientTask,
             connector: connector,
-            epoch: epoch,
+            opened: opened,
             retention: retention,
             eventLoopGroup: eventLoopGroup,
             logger: logger,
             now: now
+        )
+    }
+
+    /// One attempt of `open`: connects, migrates and reads the position, bounded by the
+    /// acquire timeout like a pooled lease (a connection that overruns is closed).
+    private static func prepare(
+        connector: PostgresConnector,
+        eventLoop: any EventLoop,
+        logger: Logger
+    ) async throws -> JournalPosition {
+        let connection = try await PostgresConnection.connect(
+            on: eventLoop,
+            configuration: connector.connectionConfiguration,
+            id: 0,
+            logger: logger
+        )
+        do {
+            let position = try await PostgresClient.run(
+                within: connector.settings.acquireTimeout,
+                onTimeout: { connection.close() },
+                {
+                    try await PostgresMigrations.run(on: connection, logger: logger)
+                    var position: JournalPosition?
+                    for try await (epoch, head, oldest) in try await connection.query(
+                        "SELECT epoch, head, (SELECT MIN(seq) FROM journal) FROM stream_state WHERE id = 1",
+                        logger: logger
+                    ).decode((String, Int64, Int64?).self) {
+                        position = Self.position(epoch: epoch, head: head, oldest: oldest)
+                    }
+                    guard let position else {
+                        throw StoreError(message: "the database has no stream_state row")
+                    }
+                    return position
+                }
+            )
+            try? await connection.close()
+            return position
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    static func position(epoch: String, head: Int64, oldest: Int64?) -> JournalPosition {
+        let head = UInt64(max(0, head))
+        return JournalPosition(
+            epoch: epoch,
+            head: head,
+            oldest: min(oldest.map { UInt64(max(0, $0)) } ?? head + 1, head + 1)
         )
     }
 
@@ -271,16 +309,13 @@ public actor PostgresStore: ServedStore {
                 "SELECT head, (SELECT MIN(seq) FROM journal) FROM stream_state WHERE id = 1",
                 logger: logger
             ).decode((Int64, Int64?).self) {
-                let head = UInt64(max(0, head))
-                position = JournalPosition(
-                    epoch: epoch,
-                    head: head,
-                    oldest: min(oldest.map { UInt64(max(0, $0)) } ?? head + 1, head + 1)
-                )
+                position = Self.position(epoch: epoch, head: head, oldest: oldest)
             }
             return position
         }
     }
+
+    public func startingPosition() async throws -> JournalPosition { opened }
 
     public func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
         guard through > after else { return [] }
@@ -308,14 +343,24 @@ public actor PostgresStore: ServedStore {
         return entries
     }
 
-    // MARK: Following
+    // MARK: Running
 
+    /// Runs the pool until the task is cancelled (or its service is told to shut down: the
+    /// client's `run()` is a service of its own). Only the first call runs it.
+    public func runConnections() async {
+        guard !poolStarted else { return }
+        poolStarted = true
+        await client.run()
+    }
+
+    /// Runs a `JournalFollower` on a connection of its own until the task is cancelled.
     public func follow(
         after: UInt64,
         publish: @escaping @Sendable ([JournalEntry]) -> Void,
         resynchronized: @escaping @Sendable (UInt64) -> Void
     ) async {
-        guard follower == nil, !closed else { return }
+        guard !following, !closed else { return }
+        following = true
         let follower = JournalFollower(
             connector: connector,
             claims: claims,
@@ -326,19 +371,16 @@ public actor PostgresStore: ServedStore {
             publish: publish,
             resynchronized: resynchronized
         )
-        self.follower = follower
-        follower.start()
+        await follower.run()
     }
 
+    /// Refuses new batches and waits for those under way. The pool goes on until
+    /// `runConnections()` is cancelled, which the daemon does right after.
     public func close() async {
         guard !closed else { return }
         closed = true
-        follower?.stop()
-        // Batches under way are answered before the pool goes away.
         if executing > 0 {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
-        clientTask?.cancel()
-        clientTask = nil
     }
 }

@@ -54,6 +54,7 @@ enum ConfigFile {
         "limits.max_queue_bytes": .int(1024...(1 << 30)),
         "limits.max_queue_frames": .int(16...10_000_000),
         "limits.slow_consumer_grace_ms": .int(0...600_000),
+        "limits.slow_consumer_check_ms": .int(1...600_000),
         "limits.max_pipelined_frames": .int(1...100_000),
         "limits.max_subscriptions": .int(1...10_000),
         "limits.max_connections": .int(1...10_000_000),
@@ -275,6 +276,7 @@ enum ConfigFile {
         if let value = int("limits.max_queue_bytes") { options.relay.maxQueueBytes = value }
         if let value = int("limits.max_queue_frames") { options.relay.maxQueueFrames = value }
         if let value = int("limits.slow_consumer_grace_ms") { options.relay.slowConsumerGraceMs = value }
+        if let value = int("limits.slow_consumer_check_ms") { options.relay.slowConsumerCheckMs = value }
         if let value = int("limits.max_pipelined_frames") { options.relay.maxPipelinedFrames = value }
         if let value = int("limits.max_subscriptions") { options.relay.maxSubscriptions = value }
         if let value = int("limits.max_connections") { options.relay.maxConnections = value }

@@ -75,71 +75,100 @@ struct StartupError: Error, CustomStringConvertible {
     var description: String { message }
 }
 
-/// The wired daemon: store, servers, bus, hub and relay.
+/// The wired daemon: store, servers, bus, hub and relay, and the one service group that runs
+/// every long-running part of it.
+///
+/// The services, in the order they start; the group tells each to stop only once every service
+/// after it has returned, so a shutdown runs from the bottom up:
+/// 1. `StoreConnectionsService`: the store's connections (PostgreSQL's pool, `PostgresClient.run()`);
+/// 2. `StoreService`: closes the store;
+/// 3. `JournalFollowerService`: other daemons' broadcasts (PostgreSQL);
+/// 4. `SequencerService`: runs what is still queued, then returns;
+/// 5. the relay: tells every client `draining`, lets in-flight requests finish, closes;
+/// 6. `SystemdService`: the watchdog while serving, `STOPPING=1` first thing in a shutdown;
+/// 7. `SignalService`, when signals are given: SIGTERM/SIGINT start the shutdown, SIGHUP reloads.
 final class Daemon: Sendable {
-    private let currentOptions: NIOLockedValueBox<DaemonOptions>
-    /// Produces fresh options on reload (the config file, the environment, the flags).
-    private let resolver: (@Sendable () throws -> DaemonOptions)?
-    var options: DaemonOptions { currentOptions.withLockedValue { $0 } }
+    private let reloader: Reloader
+    var options: DaemonOptions { reloader.options.withLockedValue { $0 } }
     let store: any ServedStore
     let sequencer: Sequencer<Event>
     let relay: RelayServer<TodoWireCodec>
     let addresses: BoundAddresses
     let logger: Logger
+    var notifier: SystemdNotifier { reloader.notifier }
 
     private let serviceGroup: ServiceGroup
-    let notifier: SystemdNotifier
 
     private init(
-        options: DaemonOptions,
-        resolver: (@Sendable () throws -> DaemonOptions)?,
+        reloader: Reloader,
         store: any ServedStore,
         sequencer: Sequencer<Event>,
-        sequencerLoop: any EventLoop,
         relay: RelayServer<TodoWireCodec>,
         addresses: BoundAddresses,
-        signals: [UnixSignal],
-        group: any EventLoopGroup,
+        services: [ServiceGroupConfiguration.ServiceConfiguration],
         logger: Logger
     ) {
-        self.currentOptions = NIOLockedValueBox(options)
-        self.resolver = resolver
+        self.reloader = reloader
         self.store = store
         self.sequencer = sequencer
         self.relay = relay
         self.addresses = addresses
         self.logger = logger
-        let notifier = SystemdNotifier(environment: options.environment)
-        self.notifier = notifier
-        let systemd = SystemdService(
-            notifier: notifier,
-            watchdogInterval: SystemdNotifier.watchdogInterval(environment: options.environment),
-            statusInterval: .seconds(5),
-            probe: { [group, store, relay] in await Self.probe(group: group, store: store, relay: relay) },
-            logger: logger
-        )
-        // Shut down in reverse order: systemd hears STOPPING first, then the relay drains, then
-        // the sequencer answers what is still queued.
-        self.serviceGroup = ServiceGroup(
-            configuration: .init(
-                services: [
-                    .init(service: SequencerService(sequencer: sequencer, loop: sequencerLoop)), .init(service: relay),
-                    .init(service: systemd),
-                ],
-                gracefulShutdownSignals: signals,
-                logger: logger
-            )
+        // No `gracefulShutdownSignals`: `SignalService` handles every signal, in one place.
+        self.serviceGroup = ServiceGroup(configuration: .init(services: services, logger: logger))
+    }
+
+    /// Opens storage and binds every listener. Throws `StartupError` naming what failed; the
+    /// store is closed again on any failure after it opened.
+    ///
+    /// The group handles `signals` once it runs (`SignalService`). Create them before starting
+    /// (`UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)` traps them at once), so that
+    /// a signal during start-up waits for the group instead of killing the process.
+    static func start<Signals: AsyncSequence & Sendable>(
+        _ options: DaemonOptions,
+        logger: Logger,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        signals: Signals,
+        store givenStore: (any ServedStore)? = nil,
+        resolver: (@Sendable () throws -> DaemonOptions)? = nil
+    ) async throws -> Daemon where Signals.Element == UnixSignal {
+        try await start(
+            options,
+            logger: logger,
+            group: group,
+            store: givenStore,
+            resolver: resolver,
+            signalService: { reloader in
+                SignalService(signals: signals, reload: { _ = reloader.reload() }, logger: logger)
+            }
         )
     }
 
-    /// Opens storage and binds every listener. Throws `StartupError` naming what failed.
+    /// `start` without signals: the daemon stops through `shutdown()` only.
     static func start(
         _ options: DaemonOptions,
         logger: Logger,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        signals: [UnixSignal] = [.sigterm, .sigint],
         store givenStore: (any ServedStore)? = nil,
         resolver: (@Sendable () throws -> DaemonOptions)? = nil
+    ) async throws -> Daemon {
+        try await start(
+            options,
+            logger: logger,
+            group: group,
+            store: givenStore,
+            resolver: resolver,
+            signalService: nil
+        )
+    }
+
+    private static func start(
+        _ options: DaemonOptions,
+        logger: Logger,
+        group: any EventLoopGroup,
+        store givenStore: (any ServedStore)?,
+        resolver: (@Sendable () throws -> DaemonOptions)?,
+        signalService: (@Sendable (Reloader) -> any Service)?
     ) async throws -> Daemon {
         // The loop the sequencer runs on, and the SQLite store with it.
         let sequencerLoop = group.next()
@@ -149,11 +178,37 @@ final class Daemon: Sendable {
         } else {
             store = try await openStore(options, logger: logger, group: group, loop: sequencerLoop)
         }
+        do {
+            return try await wire(
+                options,
+                store: store,
+                logger: logger,
+                group: group,
+                sequencerLoop: sequencerLoop,
+                resolver: resolver,
+                signalService: signalService
+            )
+        } catch {
+            // Nothing runs yet: the store is closed here, once, and never by a service.
+            await store.close()
+            throw error
+        }
+    }
+
+    /// Everything `start` does once the store is open.
+    private static func wire(
+        _ options: DaemonOptions,
+        store: any ServedStore,
+        logger: Logger,
+        group: any EventLoopGroup,
+        sequencerLoop: any EventLoop,
+        resolver: (@Sendable () throws -> DaemonOptions)?,
+        signalService: (@Sendable (Reloader) -> any Service)?
+    ) async throws -> Daemon {
         let position: JournalPosition
         do {
-            position = try await store.position()
+            position = try await store.startingPosition()
         } catch {
-            await store.close()
             throw StartupError(message: "cannot read the journal's position: the database did not answer")
         }
         var loops: [any EventLoop] = []
@@ -167,12 +222,6 @@ final class Daemon: Sendable {
             sink: hub,
             capacity: capacity,
             maxBatch: options.maxBatch
-        )
-        // Other daemons' broadcasts (several daemons on one database) merge into the same order.
-        await store.follow(
-            after: position.head,
-            publish: { entries in hub.publishJournal(entries) },
-            resynchronized: { seq in hub.resynchronize(through: seq) }
         )
 
         var options = options
@@ -250,8 +299,47 @@ final class Daemon: Sendable {
         do {
             addresses = try await relay.start()
         } catch let error as ListenError {
-            await store.close()
             throw StartupError(message: error.message)
+        }
+        let reloader = Reloader(
+            options: NIOLockedValueBox(options),
+            resolver: resolver,
+            relay: relay,
+            notifier: SystemdNotifier(environment: options.environment),
+            logger: logger
+        )
+        let systemd = SystemdService(
+            notifier: reloader.notifier,
+            watchdogInterval: SystemdNotifier.watchdogInterval(environment: options.environment),
+            statusInterval: .seconds(5),
+            probe: { [group, store, relay] in await Self.probe(group: group, store: store, relay: relay) },
+            logger: logger
+        )
+        // Other daemons' broadcasts (several daemons on one database) merge into the same order.
+        let follower = JournalFollowerService(
+            store: store,
+            after: position.head,
+            publish: { entries in hub.publishJournal(entries) },
+            resynchronized: { seq in hub.resynchronize(through: seq) }
+        )
+        // In start order; the group stops them in reverse (see `Daemon`).
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: StoreConnectionsService(store: store), serviceName: "store-connections"),
+            .init(service: StoreService(store: store), serviceName: "store"),
+            .init(service: follower, serviceName: "journal-follower"),
+            .init(service: SequencerService(sequencer: sequencer, loop: sequencerLoop), serviceName: "sequencer"),
+            .init(service: relay, serviceName: "relay"),
+            .init(service: systemd, serviceName: "systemd"),
+        ]
+        if let signalService {
+            // Returns on SIGTERM/SIGINT: that shuts the group down gracefully, in reverse order.
+            services.append(
+                .init(
+                    service: signalService(reloader),
+                    successTerminationBehavior: .gracefullyShutdownGroup,
+                    serviceName: "signals"
+                )
+            )
         }
         // Said once everything is up, so that a startup failure stays a one-line error.
         logger.notice(
@@ -259,15 +347,12 @@ final class Daemon: Sendable {
             metadata: ["engine": "\(options.engine.rawValue)", "database": "\(options.databaseDescription)"]
         )
         return Daemon(
-            options: options,
-            resolver: resolver,
+            reloader: reloader,
             store: store,
             sequencer: sequencer,
-            sequencerLoop: sequencerLoop,
             relay: relay,
             addresses: addresses,
-            signals: signals,
-            group: group,
+            services: services,
             logger: logger
         )
     }
@@ -360,17 +445,12 @@ final class Daemon: Sendable {
     }
 
     /// Serves until SIGTERM/SIGINT (or `shutdown()`), then drains and closes storage. SIGHUP
-    /// reloads what can change live.
-    func run(handleHangup: Bool = true) async throws {
-        let hangups = Task {
-            guard handleHangup else { return }
-            for await _ in await UnixSignalsSequence(trapping: .sighup) {
-                reload()
-            }
-        }
-        defer { hangups.cancel() }
+
+    /// Runs every service until SIGTERM/SIGINT (through `SignalService`) or `shutdown()`, then
+    /// shuts them down in reverse order: the relay drains, the sequencer answers what is
+    /// queued, the store closes. Returns once all of them have; nothing it started outlives it.
+    func run() async throws {
         try await serviceGroup.run()
-        await store.close()
     }
 
     /// One round trip through every event loop and the store, bounded in time. Nil when any of
@@ -411,68 +491,14 @@ final class Daemon: Sendable {
         return "\(hub.connectionCount) connections, seq \(hub.seq)"
     }
 
-    /// Reloads what can change while running: the config file (through `resolver`, which
-    /// re-reads the file and the environment and re-applies the flags), limits, tokens, and
-    /// the TLS certificate and key. Everything is checked first; on any error the old settings
-    /// stay in force, the reason is logged, and nobody is disconnected.
+    /// Reloads what can change while running (what SIGHUP does); see `Reloader`.
     @discardableResult
     func reload() -> Bool {
-        logger.notice("reloading")
-        notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
-        defer { notifier.notify("READY=1") }
-        let current = currentOptions.withLockedValue { $0 }
-        var next: DaemonOptions
-        do {
-            next = try resolver?() ?? current
-        } catch {
-            logger.error("config not reloaded; keeping the old one", metadata: ["reason": "\(error)"])
-            return false
-        }
-        if next.devTLS, next.tlsCertificatePath == nil {
-            next.tlsCertificatePath = current.tlsCertificatePath
-            next.tlsKeyPath = current.tlsKeyPath
-        }
-        if next.listeners != current.listeners || next.dataDirectory != current.dataDirectory
-            || next.storage != current.storage || next.postgresURL != current.postgresURL
-            || next.postgres != current.postgres
-        {
-            logger.warning(
-                "listeners, data_dir, storage and postgres settings change only on restart; keeping the running ones"
-            )
-            next.listeners = current.listeners
-            next.dataDirectory = current.dataDirectory
-            next.storage = current.storage
-            next.postgresURL = current.postgresURL
-            next.postgres = current.postgres
-        }
-        if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
-            do {
-                let context = try Self.makeTLSContext(
-                    certificatePath: cert,
-                    keyPath: key,
-                    clientCAPath: next.tlsClientCAPath
-                )
-                relay.replaceTLSContext(context)
-                logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
-            } catch {
-                logger.error(
-                    "not reloaded: the TLS certificate is unusable; keeping the old settings",
-                    metadata: ["reason": "\(error)"]
-                )
-                return false
-            }
-        }
-        relay.settings.update(configuration: next.relay, auth: next.auth)
-        if next.logLevel != current.logLevel, let level = Logger.Level(rawValue: next.logLevel) {
-            LogLevelControl.level = level
-            logger.notice("log level changed", metadata: ["log_level": "\(level)"])
-        }
-        currentOptions.withLockedValue { $0 = next }
-        logger.notice("reloaded")
-        return true
+        reloader.reload()
     }
 
-    /// Starts a graceful shutdown, as SIGTERM does.
+    /// Starts a graceful shutdown, as SIGTERM does. Before `run()`, the group remembers it and
+    /// shuts down as soon as it runs.
     func shutdown() async {
         await serviceGroup.triggerGracefulShutdown()
     }

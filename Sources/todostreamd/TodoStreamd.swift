@@ -2,7 +2,6 @@ import ArgumentParser
 import EventStream
 import Foundation
 import Logging
-import NIOConcurrencyHelpers
 import Relay
 import UnixSignals
 
@@ -179,40 +178,31 @@ struct Serve: AsyncParsableCommand {
             return ReloadableLogHandler(handler)
         }
         let logger = Logger(label: "todostreamd")
-        // Trap SIGTERM and SIGINT before anything listens, so that a signal arriving while the
-        // daemon starts is a graceful shutdown too, never the default kill.
-        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
-        let started = NIOLockedValueBox<(daemon: Daemon?, stopRequested: Bool)>((nil, false))
-        let watcher = Task {
-            for await signal in signals {
-                logger.notice("shutting down", metadata: ["signal": "\(signal)"])
-                let daemon = started.withLockedValue { state -> Daemon? in
-                    state.stopRequested = true
-                    return state.daemon
-                }
-                await daemon?.shutdown()
-            }
-        }
-        defer { watcher.cancel() }
+        // Every signal the daemon handles is trapped here, before anything listens, and handled
+        // in one place: the daemon's `SignalService`. One that arrives while the daemon starts
+        // waits for it, so a stop during start-up is a graceful stop too, never the default kill.
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
         let daemon: Daemon
         do {
             let settings = self.settings
-            daemon = try await Daemon.start(options, logger: logger, signals: [], resolver: { try settings.resolve() })
+            daemon = try await Daemon.start(
+                options,
+                logger: logger,
+                signals: signals,
+                resolver: { try settings.resolve() }
+            )
         } catch let error as StartupError {
             fail(error.message)
         }
-        let stopRequested = started.withLockedValue { state -> Bool in
-            state.daemon = daemon
-            return state.stopRequested
-        }
         if let portFile {
-            try writePortFile(portFile, daemon.addresses)
-        }
-        if stopRequested {
-            // Stopped while starting: drain (no one is connected yet) and leave.
-            await daemon.relay.drain()
-            await daemon.store.close()
-            return
+            do {
+                try writePortFile(portFile, daemon.addresses)
+            } catch {
+                // Nobody can find the daemon: stop it the usual way (the store closes), then fail.
+                await daemon.shutdown()
+                try? await daemon.run()
+                throw error
+            }
         }
         try await daemon.run()
     }

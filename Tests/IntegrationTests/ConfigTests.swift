@@ -230,10 +230,9 @@ import Glibc
         let daemon = try await Daemon.start(
             options,
             logger: logger,
-            signals: [],
             resolver: { try settings.resolve(environment: [:]) }
         )
-        let running = Task { try await daemon.run(handleHangup: false) }
+        let running = Task { try await daemon.run() }
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
         try Data("storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: 7\n".utf8)
             .write(to: URL(fileURLWithPath: path))

@@ -284,8 +284,10 @@ import TodoStore
     @Test func aClientThatNeverReadsIsCutWhileOthersKeepReceiving() async throws {
         try await withDaemon(
             .custom({ options in
-                options.relay.maxQueueBytes = 64 * 1024
-                options.relay.maxQueueFrames = 512
+                // Room for a reader that lags a little on a busy machine (the suite runs tests
+                // in parallel on two cores); none for one that reads nothing.
+                options.relay.maxQueueBytes = 512 * 1024
+                options.relay.maxQueueFrames = 4096
                 options.relay.socketSendBufferBytes = 4096
             })
         ) { daemon in
@@ -297,11 +299,15 @@ import TodoStore
             let created = try await writer.createTodo("Busy")
             let id = try #require(todoID(created))
             _ = try await reader.json()
-            let count = 1500
+            let count = 4000
             for index in 0..<count {
                 try await writer.send([
                     "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
                 ])
+                // The writer reads its own answers as it goes (it is no slow consumer itself).
+                if index % 100 == 99 {
+                    _ = try await writer.json { ($0["re"] as? Int) == index }
+                }
             }
             var last = 0
             for _ in 0..<count {
@@ -340,7 +346,7 @@ import TodoStore
             options.storage = .memory
             options.listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: daemon.tcpPort))
             await #expect {
-                _ = try await Daemon.start(options, logger: .init(label: "t"), signals: [])
+                _ = try await Daemon.start(options, logger: .init(label: "t"))
             } throws: { error in
                 "\(error)" == "cannot listen on 127.0.0.1:\(daemon.tcpPort) (TCP): address already in use"
             }

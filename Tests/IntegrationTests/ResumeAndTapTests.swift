@@ -121,7 +121,10 @@ import Testing
     /// Thousands of writes from several clients while a reader drops and resumes again and
     /// again: across all its connections it sees every seq exactly once, in order.
     @Test func resumeUnderConcurrentWritersMissesAndDoublesNothing() async throws {
-        try await withDaemon(storage: .sqlite) { daemon in
+        // Each reconnect resumes at once; on a loaded machine that can take longer than the
+        // default start hold, after which live output would flow before the replay. The hold
+        // ends as soon as the resume is answered, so a long one costs nothing here.
+        try await withDaemon(storage: .sqlite, .custom({ $0.relay.initialHoldMs = 10_000 })) { daemon in
             let (seeder, hello) = try await daemon.client()
             let epoch = try #require(hello["epoch"] as? String)
             let created = try await seeder.createTodo("contended")

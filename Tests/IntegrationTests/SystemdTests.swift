@@ -97,7 +97,7 @@ final class NotifySocket: Sendable {
         options.environment = [:]
         var logger = Logger(label: "t")
         logger.logLevel = .critical
-        let daemon = try await Daemon.start(options, logger: logger, group: group, signals: [])
+        let daemon = try await Daemon.start(options, logger: logger, group: group)
         #expect(await Daemon.probe(group: group, store: daemon.store, relay: daemon.relay) != nil)
         let release = NIOLockedValueBox(false)
         let wedged = group.any().submit {
@@ -110,7 +110,7 @@ final class NotifySocket: Sendable {
         release.withLockedValue { $0 = true }
         try await wedged.get()
         #expect(await Daemon.probe(group: group, store: daemon.store, relay: daemon.relay) != nil)
-        let running = Task { try await daemon.run(handleHangup: false) }
+        let running = Task { try await daemon.run() }
         await daemon.shutdown()
         try await running.value
         try await group.shutdownGracefully()

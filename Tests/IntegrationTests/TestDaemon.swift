@@ -26,17 +26,20 @@ func withDaemon(
     setup.apply(&options)
     var logger = Logger(label: "todostreamd.test")
     logger.logLevel = .critical
-    let daemon = try await Daemon.start(options, logger: logger, signals: [], store: store)
-    let running = Task { try await daemon.run() }
-    do {
-        try await body(daemon)
-    } catch {
+    let daemon = try await Daemon.start(options, logger: logger, store: store)
+    // The daemon runs in a child task: nothing of it outlives this call.
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await daemon.run() }
+        do {
+            try await body(daemon)
+        } catch {
+            await daemon.shutdown()
+            _ = try? await group.next()
+            throw error
+        }
         await daemon.shutdown()
-        _ = try? await running.value
-        throw error
+        try await group.next()
     }
-    await daemon.shutdown()
-    try await running.value
 }
 
 /// Changes a test makes to the daemon's default options.

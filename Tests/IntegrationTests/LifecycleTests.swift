@@ -1,0 +1,183 @@
+import EventStream
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Relay
+import Testing
+import TodoApp
+import TodoStore
+import UnixSignals
+
+@testable import todostreamd
+
+/// An in-memory store that behaves like the PostgreSQL one towards the daemon: its connections
+/// and its follower run until cancelled. It records what happened to it, in order.
+actor LifecycleStore: ServedStore {
+    private let inner: GroupCommitStore
+    private(set) var events: [String] = []
+
+    init() async {
+        inner = await GroupCommitStore.inMemory().0
+    }
+
+    var closeCount: Int { events.filter { $0 == "closed" }.count }
+
+    func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] { await inner.execute(batch) }
+    func position() async throws -> JournalPosition { try await inner.position() }
+    func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
+        try await inner.entries(after: after, through: through)
+    }
+    var isHealthy: Bool { get async { await inner.isHealthy } }
+    var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { get async { await inner.metrics } }
+    func startingPosition() async throws -> JournalPosition { try await inner.position() }
+
+    func runConnections() async {
+        events.append("connections running")
+        await Self.untilCancelled()
+        events.append("connections stopped")
+    }
+
+    func follow(
+        after: UInt64,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
+    ) async {
+        events.append("following")
+        await Self.untilCancelled()
+        events.append("stopped following")
+    }
+
+    func close() async {
+        events.append("closed")
+        await inner.close()
+    }
+
+    private static func untilCancelled() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(60))
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct LifecycleTests {
+    private static func options() -> DaemonOptions {
+        var options = DaemonOptions()
+        options.storage = .memory
+        options.dataDirectory = temporaryDirectory()
+        options.listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: 0))
+        options.environment = [:]
+        return options
+    }
+
+    private static var logger: Logger {
+        var logger = Logger(label: "todostreamd.test")
+        logger.logLevel = .critical
+        return logger
+    }
+
+    /// The order of a shutdown, seen from the store: the follower stops, then the store closes
+    /// (once), then its connections stop, all before `run()` returns.
+    @Test func theStoreClosesOnceBetweenTheFollowerAndItsConnections() async throws {
+        let store = await LifecycleStore()
+        let daemon = try await Daemon.start(Self.options(), logger: Self.logger, store: store)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await daemon.run() }
+            let (client, _) = try await daemon.client()
+            _ = try await client.createTodo("before the shutdown")
+            await daemon.shutdown()
+            let frames = String(decoding: try await client.waitForClose(), as: UTF8.self)
+            #expect(frames.contains("\"op\":\"draining\""))
+            try await group.next()
+        }
+        let events = await store.events
+        #expect(Set(events.prefix(2)) == ["connections running", "following"])
+        #expect(Array(events.dropFirst(2)) == ["stopped following", "closed", "connections stopped"])
+    }
+
+    /// SIGHUP reloads through the signal service; SIGTERM then ends `run()` by itself, with no
+    /// `shutdown()` call, and the store closes once.
+    @Test func aHangupReloadsAndATermStopsThroughTheSignalService() async throws {
+        let path = NSTemporaryDirectory() + "lifecycle-\(UUID().uuidString).yaml"
+        let config = "storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: "
+        try Data((config + "5\n").utf8).write(to: URL(fileURLWithPath: path))
+        let settings = try SettingsOptions.parse(["--config", path])
+        let store = await LifecycleStore()
+        let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
+        let daemon = try await Daemon.start(
+            try settings.resolve(environment: [:]),
+            logger: Self.logger,
+            signals: signals,
+            store: store,
+            resolver: { try settings.resolve(environment: [:]) }
+        )
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
+        try Data((config + "7\n").utf8).write(to: URL(fileURLWithPath: path))
+        raise.yield(.sighup)
+        raise.yield(.sigterm)
+        try await daemon.run()
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 7)
+        #expect(await store.closeCount == 1)
+        await #expect(throws: (any Error).self) { _ = try await TestConnection.connect(port: daemon.tcpPort) }
+    }
+
+    /// A stop signal that arrives while the daemon starts waits for the group, which then
+    /// shuts down gracefully at once: every service ran and stopped, the store closed once.
+    @Test func aStopSignalDuringStartUpIsAGracefulStop() async throws {
+        let store = await LifecycleStore()
+        let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
+        raise.yield(.sigint)
+        let daemon = try await Daemon.start(Self.options(), logger: Self.logger, signals: signals, store: store)
+        try await daemon.run()
+        #expect(await store.closeCount == 1)
+        #expect(await store.events.last == "connections stopped")
+        await #expect(throws: (any Error).self) { _ = try await TestConnection.connect(port: daemon.tcpPort) }
+    }
+
+    /// `shutdown()` before `run()` is remembered: `run()` starts and stops everything.
+    @Test func aShutdownBeforeRunStopsAtOnce() async throws {
+        let store = await LifecycleStore()
+        let daemon = try await Daemon.start(Self.options(), logger: Self.logger, store: store)
+        await daemon.shutdown()
+        try await daemon.run()
+        #expect(await store.closeCount == 1)
+        await #expect(throws: (any Error).self) { _ = try await TestConnection.connect(port: daemon.tcpPort) }
+    }
+
+    /// A start that fails after the store opened (here: an unreadable TLS certificate) closes
+    /// the store, once.
+    @Test func aFailedStartClosesTheStoreOnce() async throws {
+        let store = await LifecycleStore()
+        var options = Self.options()
+        options.tlsCertificatePath = "/nonexistent/cert.pem"
+        options.tlsKeyPath = "/nonexistent/key.pem"
+        await #expect(throws: StartupError.self) {
+            _ = try await Daemon.start(options, logger: Self.logger, store: store)
+        }
+        #expect(await store.events == ["closed"])
+    }
+
+    /// Signals after the signal service stopped (during the drain) are trapped and ignored: a
+    /// second stop is not a second shutdown, a reload does not happen.
+    @Test func signalsDuringTheDrainAreIgnored() async throws {
+        let path = NSTemporaryDirectory() + "lifecycle-\(UUID().uuidString).yaml"
+        let config = "storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: "
+        try Data((config + "5\n").utf8).write(to: URL(fileURLWithPath: path))
+        let settings = try SettingsOptions.parse(["--config", path])
+        let store = await LifecycleStore()
+        let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
+        let daemon = try await Daemon.start(
+            try settings.resolve(environment: [:]),
+            logger: Self.logger,
+            signals: signals,
+            store: store,
+            resolver: { try settings.resolve(environment: [:]) }
+        )
+        try Data((config + "7\n").utf8).write(to: URL(fileURLWithPath: path))
+        raise.yield(.sigterm)
+        raise.yield(.sighup)
+        raise.yield(.sigterm)
+        try await daemon.run()
+        #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
+        #expect(await store.closeCount == 1)
+    }
+}
