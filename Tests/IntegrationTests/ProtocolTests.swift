@@ -288,6 +288,12 @@ import TodoStore
                 // in parallel on two cores); none for one that reads nothing.
                 options.relay.maxQueueBytes = 512 * 1024
                 options.relay.maxQueueFrames = 4096
+                // A test client whose event loop is starved for a moment by the tests running
+                // beside it is not stalled; the client that never reads still is after 5 s.
+                options.relay.slowConsumerCheckMs = 5_000
+                // 4,000 requests in a burst: none may be refused as rate_limited.
+                options.relay.rateLimitPerSecond = 1_000_000
+                options.relay.rateLimitBurst = 1_000_000
                 options.relay.socketSendBufferBytes = 4096
             })
         ) { daemon in
@@ -306,19 +312,19 @@ import TodoStore
                 ])
                 // The writer reads its own answers as it goes (it is no slow consumer itself).
                 if index % 100 == 99 {
-                    _ = try await writer.json { ($0["re"] as? Int) == index }
+                    _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
                 }
             }
             var last = 0
             for _ in 0..<count {
-                let frame = try await reader.json()
+                let frame = try await reader.json(timeout: .seconds(30))
                 let seq = try #require(frame["seq"] as? Int, "\(frame)")
                 #expect(seq == last + 1 || last == 0)
                 last = seq
             }
             #expect(last == count + 1)
             slow.startReading()
-            let rest = try await slow.waitForClose()
+            let rest = try await slow.waitForClose(timeout: .seconds(30))
             let lines = String(decoding: rest, as: UTF8.self).split(separator: "\n")
             #expect(lines.count < count)
             // The notice reaches the client, right after the last complete frame, and nothing
