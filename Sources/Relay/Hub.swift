@@ -296,8 +296,17 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         )
         guard !released.isEmpty else { return }
         state.released += released.count
-        // Each loop gets bytes of its own: sharing one buffer would have every core bump the
-        // same reference count once per subscriber.
+        handOut(released, into: &parts, state: &state)
+    }
+
+    /// Appends released broadcasts to every loop's part, then the deliveries that waited for
+    /// them. Each loop gets bytes of its own: sharing one buffer would have every core bump the
+    /// same reference count once per subscriber.
+    private func handOut(
+        _ released: [BroadcastFrame],
+        into parts: inout [[Shard<Codec>.InboxItem]],
+        state: inout OrderState
+    ) {
         for index in parts.indices {
             for frame in released { parts[index].append(.broadcast(index == 0 ? frame : frame.withOwnBytes())) }
         }
@@ -343,19 +352,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             let released = state.orderer.skip(through: seq)
             state.highestAccepted = max(state.highestAccepted, seq)
             state.released += released.count
-            for index in parts.indices {
-                parts[index].append(.gap(seq))
-                for frame in released { parts[index].append(.broadcast(index == 0 ? frame : frame.withOwnBytes())) }
-            }
-            var kept: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
-            for entry in state.deferred {
-                if entry.after < state.orderer.next {
-                    parts[entry.shard].append(entry.item)
-                } else {
-                    kept.append(entry)
-                }
-            }
-            state.deferred = kept
+            for index in parts.indices { parts[index].append(.gap(seq)) }
+            handOut(released, into: &parts, state: &state)
             for (index, part) in parts.enumerated() { orderedShards[index].post(part) }
             return true
         }
