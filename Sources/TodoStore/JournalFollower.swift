@@ -11,8 +11,9 @@ import PostgresNIO
 ///
 /// A notification carries only the new head and is only a hint: the rows come from the
 /// journal, so notifications that arrive late, together, or never change nothing but latency.
-/// Entries this daemon committed itself (`LocalClaims`) are skipped: their broadcasts already go
-/// out through the local path, with the requester's `re` copy.
+/// Entries this daemon committed itself (their `origin` is this process's, see `LocalClaims`) are
+/// skipped: their broadcasts already go out through the local path, with the requester's `re`
+/// copy.
 ///
 /// It starts no task of its own: `run()` follows in its caller's task until that is cancelled.
 final class JournalFollower: Sendable {
@@ -188,14 +189,17 @@ final class JournalFollower: Sendable {
         var from = handled
         while from < target {
             let upper = min(target, from + Self.pageSize)
-            let entries = try await PostgresStore.entries(on: connection, after: from, through: upper, logger: logger)
-            guard entries.first?.seq == from + 1, entries.last?.seq == upper, entries.count == Int(upper - from) else {
+            let entries = try await originEntries(on: connection, after: from, through: upper)
+            guard entries.first?.entry.seq == from + 1, entries.last?.entry.seq == upper,
+                entries.count == Int(upper - from)
+            else {
                 from = try await resynchronize(on: connection, generation: generation, after: from)
                 continue
             }
             let current = cursor.withLockedValue { cursor -> Bool in
                 guard cursor.generation == generation, cursor.seq == from else { return false }
-                let foreign = entries.filter { !claims.passedByFollower($0) }
+                let foreign = entries.filter { !claims.passedByFollower(origin: $0.origin, seq: $0.entry.seq) }
+                    .map(\.entry)
                 if !foreign.isEmpty { publish(foreign) }
                 cursor.seq = upper
                 return true
@@ -203,5 +207,26 @@ final class JournalFollower: Sendable {
             guard current else { throw DatabaseUnavailable() }
             from = upper
         }
+    }
+
+    /// The entries after `after` through `through`, in seq order, with the batch that wrote each.
+    private func originEntries(
+        on connection: PostgresConnection,
+        after: UInt64,
+        through: UInt64
+    ) async throws -> [(entry: JournalEntry, origin: String?)] {
+        var entries: [(entry: JournalEntry, origin: String?)] = []
+        for try await (seq, type, payload, origin) in try await connection.query(
+            """
+            SELECT seq, type, payload, origin FROM journal
+            WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
+            """,
+            logger: logger
+        ).decode((Int64, String, ByteBuffer, String?).self) {
+            entries.append(
+                (JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView)), origin)
+            )
+        }
+        return entries
     }
 }

@@ -1,58 +1,96 @@
-import EventStream
+import Foundation
 import NIOConcurrencyHelpers
 
-/// The journal entries this process is committing or has committed but the journal follower
-/// has not passed yet. Their broadcasts go out through the local path (with the requester's
-/// `re` copy), so the follower must not publish them; everything else it reads is another
-/// daemon's and it publishes that.
+/// Which journal entries are this process's own, for the journal follower.
 ///
-/// A claim is taken before `COMMIT` (the notification of our own commit can reach the follower
-/// before `COMMIT` returns) and holds the exact payload, so a seq that a rolled-back batch of
-/// ours had taken and another daemon then committed is recognised as foreign. Bounded: the
-/// follower removes each claim as it passes it, and a failed batch removes its own.
+/// Every batch this process commits writes its journal entries with an `origin` of its own:
+/// `INSTANCE:N`, where `INSTANCE` is random per process. The broadcasts of a committed batch go
+/// out through the local path (with the requester's `re` copy), so the follower skips every
+/// entry whose origin carries this process's instance, and publishes everything else.
+///
+/// The one exception is a batch whose outcome could not be learned (its commit went
+/// unanswered and the database could not be asked in time): it is *abandoned*, answered
+/// `unavailable`, and if it did commit after all, the follower publishes its entries like
+/// anyone else's, so every client still sees them. A follower that passes an entry of a batch
+/// still in flight records its seq, so that a batch in doubt is known to have committed.
 final class LocalClaims: Sendable {
-    private struct Claim {
-        let payload: [UInt8]
-        let type: String
-        /// The follower found another daemon's entry at this seq: our batch did not commit.
-        var foreign = false
+    private enum Claim {
+        /// Being committed; `firstSeen` is the first seq the follower passed of it.
+        case inFlight(firstSeen: UInt64?)
+        /// Its outcome is unknown and it was answered `unavailable`: publish whatever of it is found.
+        case abandoned
     }
 
-    private let claims = NIOLockedValueBox<[UInt64: Claim]>([:])
+    /// At most this many abandoned batches are remembered (each is a database outage's worth).
+    static let maxAbandoned = 1024
 
-    func claim(_ entries: [JournalEntry]) {
-        claims.withLockedValue { claims in
-            for entry in entries { claims[entry.seq] = Claim(payload: entry.payload, type: entry.type) }
+    /// This process's part of every origin.
+    let instance: String
+    private let prefix: String
+    private let state = NIOLockedValueBox<(next: UInt64, claims: [String: Claim], abandoned: Int)>((1, [:], 0))
+
+    init(instance: String = LocalClaims.randomInstance()) {
+        self.instance = instance
+        self.prefix = instance + ":"
+    }
+
+    static func randomInstance() -> String {
+        String(UUID().uuidString.lowercased().filter { $0 != "-" }.prefix(16))
+    }
+
+    /// A fresh origin for a batch about to be committed, already claimed.
+    func begin() -> String {
+        state.withLockedValue { state in
+            let origin = prefix + String(state.next)
+            state.next += 1
+            state.claims[origin] = .inFlight(firstSeen: nil)
+            return origin
         }
     }
 
-    /// Called by the follower for each entry it reads, in seq order: true when the entry is
-    /// ours (the follower then leaves it to the local path, and the claim is dropped), false
-    /// when another daemon wrote it.
-    func passedByFollower(_ entry: JournalEntry) -> Bool {
-        claims.withLockedValue { claims in
-            guard let claim = claims[entry.seq], !claim.foreign else { return false }
-            guard claim.payload == entry.payload, claim.type == entry.type else {
-                // Our batch that had taken this seq never committed; someone else's did. The
-                // failed batch drops the mark when it settles.
-                claims[entry.seq]?.foreign = true
+    /// The batch committed and its broadcasts went out locally, or it certainly did not commit.
+    func finish(_ origin: String) {
+        state.withLockedValue { state in
+            if case .abandoned = state.claims[origin] { state.abandoned -= 1 }
+            state.claims[origin] = nil
+        }
+    }
+
+    /// Called by the follower for each entry it reads: true when the entry is this process's
+    /// (the follower leaves it to the local path), false when it is to be published.
+    func passedByFollower(origin: String?, seq: UInt64) -> Bool {
+        guard let origin, origin.hasPrefix(prefix) else { return false }
+        return state.withLockedValue { state in
+            switch state.claims[origin] {
+            case .abandoned:
                 return false
+            case .inFlight(let firstSeen):
+                if firstSeen == nil { state.claims[origin] = .inFlight(firstSeen: seq) }
+                return true
+            case nil:
+                return true
             }
-            claims[entry.seq] = nil
-            return true
         }
     }
 
-    /// Settles a batch whose COMMIT failed or whose outcome is unknown. When the follower has
-    /// already passed one of its entries as ours, the batch committed: returns true. Otherwise
-    /// drops its claims (so the follower publishes whatever it later finds at those seqs) and
-    /// returns false.
-    func settleFailed(_ entries: [JournalEntry]) -> Bool {
-        claims.withLockedValue { claims in
-            let committed = entries.contains { claims[$0.seq] == nil }
-            // A committed batch keeps its other claims: its broadcasts still go out locally.
-            if !committed { for entry in entries { claims[entry.seq] = nil } }
-            return committed
+    /// Settles a batch whose commit went unanswered and whose outcome the database could not
+    /// tell: when the follower has already passed one of its entries, the batch committed and
+    /// this returns the first seq it saw. Otherwise the batch is abandoned (returns nil).
+    func settleInDoubt(_ origin: String) -> UInt64? {
+        state.withLockedValue { state in
+            if case .inFlight(let firstSeen?) = state.claims[origin] {
+                state.claims[origin] = nil
+                return firstSeen
+            }
+            if state.abandoned >= Self.maxAbandoned,
+                let oldest = state.claims.first(where: { if case .abandoned = $0.value { true } else { false } })
+            {
+                state.claims[oldest.key] = nil
+                state.abandoned -= 1
+            }
+            state.claims[origin] = .abandoned
+            state.abandoned += 1
+            return nil
         }
     }
 }

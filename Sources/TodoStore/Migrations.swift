@@ -61,6 +61,10 @@ enum Migrations {
         // 3: the journal's age prune (every 64 commits) finds old entries by index, not by
         // reading every entry: without it a full journal made each 64th commit tens of ms slow.
         ["CREATE INDEX journal_recorded_at ON journal (recorded_at)"],
+        // 4: on PostgreSQL, the journal's origin and the one-statement commit of several
+        // daemons. One process owns a SQLite file, so nothing changes here; the step keeps
+        // both engines' versions in step.
+        ["SELECT 1"],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

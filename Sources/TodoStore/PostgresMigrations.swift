@@ -8,6 +8,8 @@ import PostgresNIO
 enum PostgresMigrations {
     /// `pg_advisory_xact_lock` key: "todostrm" in ASCII.
     static let lockKey: Int64 = 0x746F_646F_7374_726D
+    /// The commit advisory lock (see step 4): "todocomm" in ASCII.
+    static let commitLockKey: Int64 = 0x746F_646F_636F_6D6D
 
     static let steps: [[String]] = [
         // 1: todos, the broadcast journal, and the epoch and head of the one global order.
@@ -48,6 +50,63 @@ enum PostgresMigrations {
         ["SELECT 1"],
         // 3: the journal's age prune finds old entries by index, not by reading every entry.
         ["CREATE INDEX IF NOT EXISTS journal_recorded_at ON journal (recorded_at)"],
+        // 4: each journal entry names the batch that wrote it (`INSTANCE:N`, see LocalClaims),
+        // and a batch commits in one statement: `CALL todostream_commit(…)` locks stream_state,
+        // checks that the todos the batch read still have the versions it read (each statement
+        // of a procedure sees what committed before it), takes the next seqs, writes todos and
+        // journal, moves the head, notifies and COMMITs, all before it answers: the lock that
+        // orders every daemon's commits is held while the database runs the statement and
+        // flushes the commit, never across a round trip to a daemon, and the answer means
+        // durable. p_head comes back as the new head, or -1 (nothing written) when a todo
+        // changed. Every call first takes the commit advisory lock shared; a batch that lost
+        // that race too often takes it exclusively for its read and commit (PostgresStore).
+        [
+            "ALTER TABLE journal ADD COLUMN origin TEXT",
+            """
+            CREATE OR REPLACE PROCEDURE todostream_commit(
+              p_origin TEXT, p_check_ids TEXT[], p_check_versions BIGINT[],
+              p_ids TEXT[], p_offsets BIGINT[], p_created BIGINT[], p_titles TEXT[], p_subtitles TEXT[],
+              p_priorities TEXT[], p_completed BIGINT[], p_has_completed BOOLEAN[], p_deleted BOOLEAN[],
+              p_versions BIGINT[], p_types TEXT[], p_payloads BYTEA[], p_recorded_at BIGINT,
+              INOUT p_head BIGINT DEFAULT NULL
+            ) LANGUAGE plpgsql AS $$
+            DECLARE
+              v_matching INTEGER;
+            BEGIN
+              PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
+              SELECT head INTO p_head FROM stream_state WHERE id = 1 FOR UPDATE;
+              IF p_head IS NULL THEN
+                RAISE EXCEPTION 'the database has no stream_state row';
+              END IF;
+              SELECT count(*) INTO v_matching
+                FROM unnest(p_check_ids, p_check_versions) AS c(id, version)
+                LEFT JOIN todos t ON t.id = c.id
+                WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0) THEN
+                p_head := -1;
+                ROLLBACK;
+                RETURN;
+              END IF;
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+                SELECT r.id, p_head + r.first, r.created, r.title, r.subtitle, r.priority,
+                  CASE WHEN r.has_completed THEN r.completed END, r.deleted, r.version
+                FROM unnest(p_ids, p_offsets, p_created, p_titles, p_subtitles, p_priorities, p_completed,
+                  p_has_completed, p_deleted, p_versions)
+                  AS r(id, first, created, title, subtitle, priority, completed, has_completed, deleted, version)
+              ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority,
+                completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version;
+              INSERT INTO journal (seq, type, payload, recorded_at, origin)
+                SELECT p_head + j.n, j.type, j.payload, p_recorded_at, p_origin
+                FROM unnest(p_types, p_payloads) WITH ORDINALITY AS j(type, payload, n);
+              p_head := p_head + coalesce(cardinality(p_types), 0);
+              UPDATE stream_state SET head = p_head WHERE id = 1;
+              PERFORM pg_notify('todostream_journal', p_head::text);
+              COMMIT;
+            END
+            $$
+            """,
+        ],
     ]
 
     /// Brings the schema to the newest version; refuses a database newer than this build.

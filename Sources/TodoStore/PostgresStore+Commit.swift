@@ -10,87 +10,144 @@ import TodoApp
 let journalChannel = "todostream_journal"
 
 extension PostgresStore {
-    /// What one transaction came to.
+    /// What one attempt at committing a batch came to.
     enum TransactionOutcome: Sendable {
         /// Committed (or nothing to commit): each write's result.
         case done([Result<SavedTodo, AppError>])
-        /// Failed before COMMIT: nothing was applied.
+        /// A todo the batch read changed before the commit: nothing was applied; read again.
+        case stale
+        /// Failed before the commit was sent: nothing was applied.
         case failed(any Error)
-        /// COMMIT was sent and no answer came back: applied or not, the database knows.
-        case inDoubt(results: [Result<SavedTodo, AppError>], entries: [JournalEntry], error: any Error)
+        /// The commit was sent and no answer came back: applied or not, the database knows.
+        /// `results` hold seqs counted from 1 within the batch (`Staged`).
+        case inDoubt(staged: Staged, error: any Error)
     }
 
-    /// Commits one batch and answers every write in it; never leaves one half applied.
-    func commit(_ writes: [TodoWrite], time: Timestamp, prune: Bool) async -> [Result<SavedTodo, AppError>] {
-        let claims = self.claims
-        let retention = self.retention
-        let logger = self.logger
-        let outcome: TransactionOutcome
-        let progress = TransactionGuard()
-        let entries = NIOLockedValueBox<[JournalEntry]>([])
-        let results = NIOLockedValueBox<[Result<SavedTodo, AppError>]>([])
-        do {
-            outcome = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
-                await Self.transaction(
-                    writes,
-                    time: time,
-                    prune: prune,
-                    retention: retention,
-                    claims: claims,
-                    progress: progress,
-                    staged: { staged, answers in
-                        entries.withLockedValue { $0 = staged }
-                        results.withLockedValue { $0 = answers }
-                    },
-                    on: connection,
-                    logger: logger
-                )
+    /// A batch applied to the todos it read: its answers, the rows and journal entries to write.
+    /// Seqs are not known until the commit: `results` and `entries` count them from 1.
+    struct Staged: Sendable {
+        var results: [Result<SavedTodo, AppError>] = []
+        /// The final state of each todo written, once, and the offset of its first save.
+        var rows: [(offset: Int64, todo: Todo)] = []
+        var entries: [(type: String, payload: [UInt8])] = []
+        /// Every todo the batch read, with the version it had then (-1: there was none).
+        var checks: [(id: String, version: Int64)] = []
+        /// The head when the todos were read: the batch's seqs come after it.
+        var headAtRead: Int64 = 0
+
+        /// The results with their real seqs, the batch's first seq being `first`.
+        func results(first: UInt64) -> [Result<SavedTodo, AppError>] {
+            results.map { result in
+                result.map { SavedTodo(todo: $0.todo, seq: first - 1 + $0.seq, broadcastPayload: $0.broadcastPayload) }
             }
-        } catch {
-            if progress.abandon() {
-                // Given up on while COMMIT was under way: applied or not, the database knows.
-                outcome = .inDoubt(
-                    results: results.withLockedValue { $0 },
-                    entries: entries.withLockedValue { $0 },
-                    error: error
-                )
-            } else {
-                outcome = .failed(error)
+        }
+    }
+
+    /// Optimistic attempts before a batch takes the `stream_state` lock for its reads too.
+    static let optimisticAttempts = 3
+
+    /// Commits one batch and answers every write in it; never leaves one half applied.
+    ///
+    /// One round trip reads the touched todos (no lock); the writes are applied to them here;
+    /// one statement, `CALL todostream_commit`, then locks `stream_state`, checks that none of
+    /// those todos changed meanwhile, takes the next seqs, writes todos and journal, moves the
+    /// head, notifies and commits. So the lock that orders every daemon's commits is held only
+    /// while the database runs that statement and flushes it, never across a round trip. A
+    /// batch that loses a race for a todo to another daemon reads again; after
+    /// `optimisticAttempts` it holds the commit advisory lock from its read to its commit, and
+    /// cannot lose.
+    func commit(_ writes: [TodoWrite], time: Timestamp, prune: Bool) async -> [Result<SavedTodo, AppError>] {
+        let origin = claims.begin()
+        let logger = self.logger
+        var outcome = TransactionOutcome.stale
+        var attempt = 0
+        while case .stale = outcome {
+            attempt += 1
+            let locked = attempt > Self.optimisticAttempts
+            let progress = TransactionGuard()
+            let staged = NIOLockedValueBox<Staged?>(nil)
+            do {
+                outcome = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                    await Self.attempt(
+                        writes,
+                        time: time,
+                        origin: origin,
+                        locked: locked,
+                        progress: progress,
+                        staged: { batch in staged.withLockedValue { $0 = batch } },
+                        on: connection,
+                        logger: logger
+                    )
+                }
+            } catch {
+                if progress.abandon(), let batch = staged.withLockedValue({ $0 }) {
+                    // Given up on while the commit was under way: applied or not, the database knows.
+                    outcome = .inDoubt(staged: batch, error: error)
+                } else {
+                    outcome = .failed(error)
+                }
             }
         }
         switch outcome {
         case .done(let results):
+            claims.finish(origin)
             recordHealth(up: true)
+            if prune { await self.prune() }
             return results
-        case .failed(let error):
-            recordHealth(up: false, error)
+        case .stale, .failed:
+            claims.finish(origin)
+            if case .failed(let error) = outcome { recordHealth(up: false, error) }
             return writes.map { _ in .failure(.unavailable) }
-        case .inDoubt(let results, let entries, let error):
+        case .inDoubt(let staged, let error):
             recordHealth(up: false, error)
             logger.warning(
-                "COMMIT got no answer; asking the database whether it happened",
-                metadata: ["seq.first": "\(entries.first?.seq ?? 0)", "reason": "\(Self.describe(error))"]
+                "a commit got no answer; asking the database whether it happened",
+                metadata: ["origin": "\(origin)", "reason": "\(Self.describe(error))"]
             )
-            if await resolve(entries) {
-                return results
+            if let first = await resolve(origin, after: staged.headAtRead) {
+                return staged.results(first: first)
             }
             return writes.map { _ in .failure(.unavailable) }
         }
     }
 
-    /// Finds out whether a batch whose COMMIT went unanswered committed: from the journal
-    /// follower (which may already have read it) or from the journal itself, retrying for a
-    /// while. When neither can tell, the batch counts as failed and its claims go, so that if it
-    /// did commit the follower publishes it like anyone else's.
-    private func resolve(_ entries: [JournalEntry]) async -> Bool {
-        guard let first = entries.first?.seq, let last = entries.last?.seq else { return false }
+    /// Drops journal entries beyond the retention, outside any batch's commit.
+    private func prune() async {
+        let retention = self.retention
+        let logger = self.logger
+        do {
+            try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                let keep = Int64(clamping: retention.maxEntries)
+                try await connection.query(
+                    "DELETE FROM journal WHERE seq <= (SELECT head FROM stream_state WHERE id = 1) - \(keep)",
+                    logger: logger
+                )
+                if retention.maxAgeSeconds > 0 {
+                    let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
+                    try await connection.query("DELETE FROM journal WHERE recorded_at < \(cutoff)", logger: logger)
+                }
+            }
+        } catch {
+            logger.warning(
+                "pruning the journal failed; trying again later",
+                metadata: ["reason": "\(Self.describe(error))"]
+            )
+        }
+    }
+
+    /// Finds out whether a batch whose commit went unanswered committed: from the journal
+    /// itself (its entries carry `origin`), retrying for a while, or from the journal follower
+    /// (which may already have passed them). Returns the batch's first seq when it committed.
+    /// When nothing can tell, the batch is abandoned (`LocalClaims`), so that if it did commit
+    /// the follower publishes it like anyone else's.
+    private func resolve(_ origin: String, after headAtRead: Int64) async -> UInt64? {
         let logger = self.logger
         let deadline = ContinuousClock.now.advanced(by: connector.settings.acquireTimeout * 3)
         var delay = Duration.milliseconds(50)
         while ContinuousClock.now < deadline {
             do {
-                let stored = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
-                    // A COMMIT still running on the server (its socket closed by us after a
+                let first = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                    // A commit still running on the server (its socket closed by us after a
                     // timeout) holds the stream_state row: wait for it to end, then look.
                     try await connection.query("BEGIN", logger: logger)
                     do {
@@ -98,143 +155,159 @@ extension PostgresStore {
                             "SELECT head FROM stream_state WHERE id = 1 FOR SHARE",
                             logger: logger
                         )
-                        let stored = try await Self.entries(
-                            on: connection,
-                            after: first - 1,
-                            through: last,
+                        var first: Int64?
+                        for try await seq in try await connection.query(
+                            "SELECT MIN(seq) FROM journal WHERE seq > \(headAtRead) AND origin = \(origin)",
                             logger: logger
-                        )
+                        ).decode(Int64?.self) {
+                            first = seq
+                        }
                         try await connection.query("COMMIT", logger: logger)
-                        return stored
+                        return first
                     } catch {
                         _ = try? await connection.query("ROLLBACK", logger: logger)
                         throw error
                     }
                 }
-                if stored == entries {
-                    logger.notice("the unanswered COMMIT had happened", metadata: ["seq.first": "\(first)"])
-                    return true
+                claims.finish(origin)
+                if let first {
+                    logger.notice("the unanswered commit had happened", metadata: ["origin": "\(origin)"])
+                    return UInt64(first)
                 }
-                return claims.settleFailed(entries)
+                return nil
             } catch {
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(1))
             }
         }
-        logger.error(
-            "cannot tell whether a COMMIT happened; answering unavailable",
-            metadata: ["seq.first": "\(first)", "seq.last": "\(last)"]
-        )
-        return claims.settleFailed(entries)
+        logger.error("cannot tell whether a commit happened; answering unavailable", metadata: ["origin": "\(origin)"])
+        return claims.settleInDoubt(origin)
     }
 
-    /// The batch's transaction on one connection.
-    static func transaction(
+    /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
+    /// todostream_commit`, which commits before it answers. `locked`: the attempt holds the
+    /// commit advisory lock exclusively from its read to its commit, so no other batch can
+    /// commit in between and the check cannot fail; on any failure the connection is closed,
+    /// which releases the lock.
+    static func attempt(
         _ writes: [TodoWrite],
         time: Timestamp,
-        prune: Bool,
-        retention: JournalRetention,
-        claims: LocalClaims,
+        origin: String,
+        locked: Bool,
         progress: TransactionGuard,
-        staged: @Sendable ([JournalEntry], [Result<SavedTodo, AppError>]) -> Void,
+        staged: @Sendable (Staged) -> Void,
         on connection: PostgresConnection,
         logger: Logger
     ) async -> TransactionOutcome {
-        var claimed: [JournalEntry] = []
-        var results: [Result<SavedTodo, AppError>] = []
+        var ids: [UUID] = []
+        var seen = Set<UUID>()
+        for write in writes where seen.insert(write.id).inserted { ids.append(write.id) }
+        let batch: Staged
         do {
-            try await connection.query("BEGIN", logger: logger)
-            var ids: [String] = []
-            var seen = Set<UUID>()
-            for write in writes where seen.insert(write.id).inserted { ids.append(write.id.lowercased) }
-            // The one row every committer locks first (serialising commits across daemons, so
-            // seqs are taken in commit order), and the touched todos, in one round trip.
-            let (head, stored) = try await lockAndRead(ids, on: connection, logger: logger)
-
-            var seq = UInt64(head)
-            var entries: [JournalEntry] = []
-            var finalRows: [UUID: (rowID: Int64, todo: Todo)] = [:]
-            var order: [UUID] = []
-            for write in writes {
-                let current = finalRows[write.id] ?? stored[write.id]
-                switch write.apply(to: current?.todo, now: time) {
-                case .success(let todo):
-                    seq += 1
-                    let record = TodoWireCodec.broadcastRecord(for: todo)
-                    entries.append(JournalEntry(seq: seq, type: record.type, payload: record.payload))
-                    if finalRows[todo.id] == nil { order.append(todo.id) }
-                    // A todo's creation order is the seq of its first save.
-                    finalRows[todo.id] = (current?.rowID ?? Int64(seq), todo)
-                    results.append(.success(SavedTodo(todo: todo, seq: seq, broadcastPayload: record.payload)))
-                case .failure(let error):
-                    results.append(.failure(error))
-                }
+            if locked {
+                try await connection.query(
+                    "SELECT pg_advisory_lock(\(PostgresMigrations.commitLockKey))",
+                    logger: logger
+                )
             }
-            guard let newHead = entries.last?.seq else {
-                try await connection.query("ROLLBACK", logger: logger)
-                return .done(results)
-            }
-
-            try await writeBatch(
-                rows: order.compactMap { finalRows[$0] },
-                entries: entries,
-                head: newHead,
-                on: connection,
-                logger: logger
-            )
-            if prune {
-                let keepFrom = newHead > retention.maxEntries ? newHead - retention.maxEntries + 1 : 0
-                try await connection.query("DELETE FROM journal WHERE seq < \(Int64(keepFrom))", logger: logger)
-                if retention.maxAgeSeconds > 0 {
-                    let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
-                    try await connection.query("DELETE FROM journal WHERE recorded_at < \(cutoff)", logger: logger)
-                }
-            }
-            // Claimed before COMMIT: our own notification may reach the follower before
-            // COMMIT returns here, and these broadcasts must go out with their `re` copy.
-            staged(entries, results)
-            claims.claim(entries)
-            guard progress.enterCommit() else {
-                _ = claims.settleFailed(entries)
-                throw DatabaseUnavailable()
-            }
-            claimed = entries
+            let (head, stored) = try await read(ids.map(\.lowercased), on: connection, logger: logger)
+            batch = stage(writes, ids: ids, stored: stored, head: head, time: time)
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            if locked { try? await connection.close() }
             return .failed(error)
         }
+        if batch.entries.isEmpty {
+            if locked { await unlock(connection, logger: logger) }
+            return .done(batch.results(first: UInt64(max(0, batch.headAtRead)) + 1))
+        }
+        staged(batch)
+        guard progress.enterCommit() else {
+            if locked { try? await connection.close() }
+            return .failed(DatabaseUnavailable())
+        }
+        let newHead: Int64
         do {
-            try await connection.query("COMMIT", logger: logger)
-            return .done(results)
+            newHead = try await write(batch, origin: origin, on: connection, logger: logger)
         } catch {
-            if let error = error as? PSQLError, error.code == .server,
-                let state = error.serverInfo?[.sqlState], !state.hasPrefix("57"), !state.hasPrefix("08")
-            {
-                // The server refused the COMMIT and rolled back: nothing was applied.
-                _ = claims.settleFailed(claimed)
-                return .failed(error)
-            }
-            return .inDoubt(results: results, entries: claimed, error: error)
+            if locked { try? await connection.close() }
+            return refused(error) ? .failed(error) : .inDoubt(staged: batch, error: error)
+        }
+        if locked { await unlock(connection, logger: logger) }
+        guard newHead >= 0 else { return .stale }
+        return .done(batch.results(first: UInt64(newHead) - UInt64(batch.entries.count) + 1))
+    }
+
+    /// Releases the commit advisory lock, or closes the connection (which releases it too).
+    private static func unlock(_ connection: PostgresConnection, logger: Logger) async {
+        do {
+            try await connection.query(
+                "SELECT pg_advisory_unlock(\(PostgresMigrations.commitLockKey))",
+                logger: logger
+            )
+        } catch {
+            try? await connection.close()
         }
     }
 
-    /// Locks `stream_state` and reads its head and the todos with `ids`.
-    static func lockAndRead(
+    /// True when the server answered the commit with an error (and so rolled it back): not a
+    /// lost connection, whose outcome is unknown.
+    static func refused(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server,
+            let state = error.serverInfo?[.sqlState]
+        else { return false }
+        return !state.hasPrefix("57") && !state.hasPrefix("08")
+    }
+
+    /// Applies the writes in order to the todos read; seqs count from 1 within the batch.
+    static func stage(
+        _ writes: [TodoWrite],
+        ids: [UUID],
+        stored: [UUID: (rowID: Int64, todo: Todo)],
+        head: Int64,
+        time: Timestamp
+    ) -> Staged {
+        var batch = Staged(headAtRead: head)
+        batch.checks = ids.map { id in (id.lowercased, stored[id].map { Int64($0.todo.version) } ?? -1) }
+        var current: [UUID: Todo] = [:]
+        var rowIndex: [UUID: Int] = [:]
+        for write in writes {
+            let before = current[write.id] ?? stored[write.id]?.todo
+            switch write.apply(to: before, now: time) {
+            case .success(let todo):
+                let record = TodoWireCodec.broadcastRecord(for: todo)
+                batch.entries.append(record)
+                let offset = UInt64(batch.entries.count)
+                current[todo.id] = todo
+                if let index = rowIndex[todo.id] {
+                    batch.rows[index].todo = todo
+                } else {
+                    rowIndex[todo.id] = batch.rows.count
+                    // A todo's creation order is the seq of its first save.
+                    batch.rows.append((Int64(offset), todo))
+                }
+                batch.results.append(.success(SavedTodo(todo: todo, seq: offset, broadcastPayload: record.payload)))
+            case .failure(let error):
+                batch.results.append(.failure(error))
+            }
+        }
+        return batch
+    }
+
+    /// Reads the head and the todos with `ids`, in one round trip.
+    static func read(
         _ ids: [String],
         on connection: PostgresConnection,
         logger: Logger
     ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)]) {
         var head: Int64 = -1
         var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
-        let rows = try await connection.query(
-            """
+        let query: PostgresQuery = """
             SELECT s.head, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority, t.completed_at,
               t.deleted, t.version
             FROM stream_state s LEFT JOIN todos t ON t.id = ANY(\(ids))
-            WHERE s.id = 1 FOR UPDATE OF s
-            """,
-            logger: logger
-        )
+            WHERE s.id = 1
+            """
+        let rows = try await connection.query(query, logger: logger)
         for try await (value, id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version)
             in rows.decode(
                 (Int64, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
@@ -259,64 +332,38 @@ extension PostgresStore {
         return (head, todos)
     }
 
-    /// Upserts the todos (each once, as it is after the whole batch: an upsert may not touch a
-    /// row twice in one statement), appends the journal entries, moves the head and notifies,
-    /// in one statement (one round trip while `stream_state` is locked). The notification is
-    /// delivered only if the transaction commits, and in commit order.
-    static func writeBatch(
-        rows: [(rowID: Int64, todo: Todo)],
-        entries: [JournalEntry],
-        head: UInt64,
+    /// Calls `todostream_commit` (schema step 4), which has committed when it answers: returns
+    /// the new head, or -1 when one of the todos read changed since (nothing was written).
+    static func write(
+        _ batch: Staged,
+        origin: String,
         on connection: PostgresConnection,
         logger: Logger
-    ) async throws {
-        var binds = PostgresBindings(capacity: rows.count * 9 + entries.count * 4 + 2)
-        func placeholders(_ count: Int) -> String {
-            let base = binds.count
-            return "(" + (1...count).map { "$\(base + $0)" }.joined(separator: ",") + ")"
+    ) async throws -> Int64 {
+        var binds = PostgresBindings(capacity: 16)
+        binds.append(origin)
+        binds.append(batch.checks.map(\.id))
+        binds.append(batch.checks.map(\.version))
+        binds.append(batch.rows.map { $0.todo.id.lowercased })
+        binds.append(batch.rows.map(\.offset))
+        binds.append(batch.rows.map { $0.todo.createdAt.millisecondsSince1970 })
+        binds.append(batch.rows.map { $0.todo.title })
+        binds.append(batch.rows.map { $0.todo.subtitle })
+        binds.append(batch.rows.map { $0.todo.priority.rawValue })
+        binds.append(batch.rows.map { $0.todo.completedAt?.millisecondsSince1970 ?? 0 })
+        binds.append(batch.rows.map { $0.todo.completedAt != nil })
+        binds.append(batch.rows.map { $0.todo.deleted })
+        binds.append(batch.rows.map { Int64($0.todo.version) })
+        binds.append(batch.entries.map(\.type))
+        binds.append(batch.entries.map { ByteBuffer(bytes: $0.payload) })
+        binds.append(Timestamp.now().millisecondsSince1970)
+        let sql = "CALL todostream_commit(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
+        var head: Int64 = -1
+        for try await value in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+            .decode(Int64.self)
+        {
+            head = value
         }
-        var todoValues: [String] = []
-        for row in rows {
-            let todo = row.todo
-            todoValues.append(placeholders(9))
-            binds.append(todo.id.lowercased)
-            binds.append(row.rowID)
-            binds.append(todo.createdAt.millisecondsSince1970)
-            binds.append(todo.title)
-            binds.append(todo.subtitle)
-            binds.append(todo.priority.rawValue)
-            binds.append(todo.completedAt?.millisecondsSince1970)
-            binds.append(todo.deleted)
-            binds.append(Int64(todo.version))
-        }
-        let recordedAt = Timestamp.now().millisecondsSince1970
-        var journalValues: [String] = []
-        for entry in entries {
-            journalValues.append(placeholders(4))
-            binds.append(Int64(entry.seq))
-            binds.append(entry.type)
-            binds.append(ByteBuffer(bytes: entry.payload))
-            binds.append(recordedAt)
-        }
-        let headBind = binds.count + 1
-        binds.append(Int64(head))
-        binds.append(journalChannel)
-        let sql = """
-            WITH saved AS (
-              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
-              VALUES \(todoValues.joined(separator: ","))
-              ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
-                subtitle = excluded.subtitle, priority = excluded.priority,
-                completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version
-              RETURNING 1
-            ), journaled AS (
-              INSERT INTO journal (seq, type, payload, recorded_at) VALUES \(journalValues.joined(separator: ","))
-              RETURNING 1
-            ), moved AS (
-              UPDATE stream_state SET head = $\(headBind) WHERE id = 1 RETURNING head
-            )
-            SELECT pg_notify($\(headBind + 1), head::text) FROM moved
-            """
-        try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+        return head
     }
 }
