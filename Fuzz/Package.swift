@@ -8,8 +8,8 @@
 //
 // Each target is an executable whose entry point is libFuzzer's `main`: the Swift code is
 // compiled with `-parse-as-library` and exports `LLVMFuzzerTestOneInput`. The Relay module's
-// internal types are reached with `@testable import`, which works because the fuzz build is a
-// debug build (testability enabled).
+// internal types are reached with `@testable import`: scripts/fuzz builds in release mode with
+// `-enable-testing`.
 import PackageDescription
 
 let fuzzSettings: [SwiftSetting] = [.unsafeFlags(["-parse-as-library"])]
@@ -34,6 +34,7 @@ let package = Package(
     dependencies: [
         .package(name: "todostream", path: ".."),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         fuzzTarget("fuzz-client-frame", [.product(name: "Relay", package: "todostream")]),
@@ -53,6 +54,16 @@ let package = Package(
                 .product(name: "Relay", package: "todostream"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ] + nio
+        ),
+        // Compiles the daemon's Sources/todostreamd/ConfigFile.swift through a symlink (an
+        // executable target cannot be a dependency).
+        fuzzTarget(
+            "fuzz-config-file",
+            [
+                .product(name: "Relay", package: "todostream"),
+                .product(name: "EventStream", package: "todostream"),
+                .product(name: "Yams", package: "Yams"),
+            ]
         ),
         fuzzTarget(
             "fuzz-http",

@@ -76,6 +76,25 @@ import Glibc
         #expect(message(": : :\n")?.contains("not valid YAML") == true)
     }
 
+    /// Found by the config-file fuzz target: a key that is not a plain name crashed the YAML
+    /// loader. Such files, alias bombs, deep nesting and huge files are errors now.
+    @Test func yamlThatIsNotPlainKeysAndValuesIsAnErrorNotACrash() {
+        #expect(message("? [a, b]\n: 1\n")?.contains("every key must be a plain name") == true)
+        #expect(message("limits: {[max_frame_bytes]: 1000}\n")?.contains("every key must be a plain name") == true)
+        var bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        for level in 1...9 {
+            bomb +=
+                "a\(level): &a\(level) [" + Array(repeating: "*a\(level - 1)", count: 10).joined(separator: ", ")
+                + "]\n"
+        }
+        #expect(message(bomb)?.contains("more than") == true)
+        let deep = "limits: " + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "\n"
+        #expect(message(deep)?.contains("nests deeper than") == true)
+        let huge = "# " + String(repeating: "x", count: ConfigFile.maxBytes) + "\n"
+        #expect(message(huge)?.contains("larger than") == true)
+        #expect(message("limits:\n  max_frame_bytes: 1000\n") == nil, "a plain file still reads")
+    }
+
     @Test func postgresNeedsAValidURLAndNamesTheKey() throws {
         #expect(message("storage: postgres\n")?.contains("postgres_url") == true)
         #expect(

@@ -1,0 +1,1 @@
+../../../Sources/todostreamd/ConfigFile.swift
