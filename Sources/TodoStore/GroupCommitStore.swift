@@ -26,7 +26,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     /// A batch is being executed; `waiting` are the batches queued behind it.
     private var executing = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
-    private var commitLatency = LatencyHistogram()
+    public private(set) var commitLatency = LatencyHistogram()
     private var commitsSincePrune = 0
     /// A journal prune rides along with every this-many commits.
     static let commitsPerPrune = 64
@@ -55,7 +55,6 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     /// Commit latency (one observation per group commit), and the writes waiting for the
     /// next commit (none: the sequencer hands over one batch at a time).
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, 0) }
 
     /// Applies the batch in order against the todos as the batch leaves them, commits every
     /// write in one transaction, and answers only then. A failed commit changes nothing: its

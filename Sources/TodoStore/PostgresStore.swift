@@ -34,7 +34,7 @@ public actor PostgresStore: ServedStore {
     /// `runConnections()` was called: the pool runs (once only) in its caller's task.
     private var poolStarted = false
     private var following = false
-    private var commitLatency = LatencyHistogram()
+    public private(set) var commitLatency = LatencyHistogram()
     private var commitsSincePrune = 0
     /// Batches being executed.
     private var executing = 0
@@ -181,8 +181,6 @@ public actor PostgresStore: ServedStore {
     }
 
     public var isHealthy: Bool { health.isUp }
-
-    public var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { (commitLatency, 0) }
 
     // MARK: Reads
 

@@ -14,9 +14,8 @@ public protocol ServedStore: TodoStore, JournalReader {
     /// the journal follower is connected).
     var isHealthy: Bool { get async }
 
-    /// Commit latency (one observation per group commit), and the writes waiting for the
-    /// next commit.
-    var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { get async }
+    /// Commit latency (one observation per group commit).
+    var commitLatency: LatencyHistogram { get async }
 
     /// The journal's position as the store found it when it opened, known without
     /// `runConnections()` running: where the daemon starts its order from.

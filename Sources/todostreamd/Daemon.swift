@@ -273,7 +273,7 @@ final class Daemon: Sendable {
             },
             metrics: {
                 let storeHealthy = await store.isHealthy
-                let storeMetrics = await store.metrics
+                let commitLatency = await store.commitLatency
                 let loops = await hub.loopMetrics()
                 return hub.metrics.render(
                     seq: hub.seq,
@@ -282,11 +282,11 @@ final class Daemon: Sendable {
                         "# HELP todostream_storage_up Whether the last storage commit succeeded.",
                         "# TYPE todostream_storage_up gauge",
                         "todostream_storage_up \(storeHealthy ? 1 : 0)",
-                        "# HELP todostream_store_pending_writes Writes waiting for the next group commit.",
+                        "# HELP todostream_store_pending_writes Requests queued for the sequencer's next batch.",
                         "# TYPE todostream_store_pending_writes gauge",
-                        "todostream_store_pending_writes \(storeMetrics.pendingWrites)",
+                        "todostream_store_pending_writes \(sequencer.queued)",
                     ]
-                        + storeMetrics.commitLatency.prometheus(
+                        + commitLatency.prometheus(
                             name: "todostream_store_commit_seconds",
                             help: "Time to commit one group of writes (todos and journal, one transaction)."
                         )

@@ -28,7 +28,7 @@ actor LifecycleStore: ServedStore {
         try await inner.entries(after: after, through: through)
     }
     var isHealthy: Bool { get async { await inner.isHealthy } }
-    var metrics: (commitLatency: LatencyHistogram, pendingWrites: Int) { get async { await inner.metrics } }
+    var commitLatency: LatencyHistogram { get async { await inner.commitLatency } }
     func startingPosition() async throws -> JournalPosition { try await inner.position() }
 
     func runConnections() async {
