@@ -572,9 +572,16 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         lastSeq = last.seq
         let subscribers = byType[first.typeIndex]
         var written = 0
+        // Framed for WebSocket once, when the first session that takes it is reached.
+        var webSocketRun: ByteBuffer?
         for (id, session) in subscribers where !origins.contains(id) {
             written += frames.count
-            if session.enqueueBroadcastRun(run, frames: frames) { touched.append(session) }
+            if session.takesWebSocketRuns, webSocketRun == nil {
+                webSocketRun = WebSocketFraming.textFrames(frames.map(\.plain))
+            }
+            if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames) {
+                touched.append(session)
+            }
         }
         // A session that caused some of them gets its own copies (with `re`) in their place.
         for origin in origins {

@@ -309,7 +309,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             transport: secure ? "wss" : "ws",
                             remoteIP: channel.remoteAddress?.ipAddress ?? "?",
                             startMode: .immediately,
-                            preauthenticated: role
+                            preauthenticated: role,
+                            webSocketCompression: deflate != nil
                         )
                     )
                 }

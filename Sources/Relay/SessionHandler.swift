@@ -37,9 +37,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     let uuid = UUID().uuidString.lowercased()
     let loop: any EventLoop
     let transport: String
-    /// Whether several frames may go out in one buffer: on TCP and TLS, where frames are lines.
-    /// (On WebSocket every buffer written becomes one message, so frames go one by one.)
-    private let joinsFrames: Bool
+    /// How a run of broadcasts goes out on this session's transport.
+    enum RunFraming {
+        /// TCP and TLS: frames are lines, so a run is one buffer, the same for every session.
+        case lines
+        /// WebSocket without compression: the hub's run of complete text frames, the same for
+        /// every such session (`WebSocketFraming`).
+        case webSocketFrames
+        /// WebSocket with permessage-deflate: each frame is its own (compressed) message.
+        case oneByOne
+    }
+
+    private let runFraming: RunFraming
     private let services: RelayServices<Codec>
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
@@ -78,14 +87,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         transport: String,
         remoteIP: String,
         startMode: StartMode,
-        preauthenticated: Role? = nil
+        preauthenticated: Role? = nil,
+        webSocketCompression: Bool = false
     ) {
         self.preauthenticated = preauthenticated
         self.services = services
         self.id = services.hub.makeSessionID()
         self.loop = loop
         self.transport = transport
-        self.joinsFrames = transport == "tcp" || transport == "tls"
+        self.runFraming =
+            transport == "tcp" || transport == "tls" ? .lines : webSocketCompression ? .oneByOne : .webSocketFrames
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
@@ -609,18 +620,32 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
     /// by one, for when live output is held); returns true like `enqueueBroadcast`.
-    func enqueueBroadcastRun(_ run: ByteBuffer, frames: [BroadcastFrame]) -> Bool {
+    func enqueueBroadcastRun(_ run: ByteBuffer, webSocketRun: ByteBuffer?, frames: [BroadcastFrame]) -> Bool {
         guard !lifecycle.isClosing else { return false }
         if isHoldingLiveOutput {
             for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
             return false
         }
-        if joinsFrames {
+        switch runFraming {
+        case .lines:
             write(run, frames: frames.count)
-        } else {
+        case .webSocketFrames where takesWebSocketRuns:
+            if let webSocketRun {
+                write(webSocketRun, frames: frames.count)
+            } else {
+                for frame in frames { write(frame.plain) }
+            }
+        case .webSocketFrames, .oneByOne:
             for frame in frames { write(frame.plain) }
         }
         return markPending()
+    }
+
+    /// Whether this session writes the hub's framed WebSocket runs as they are (not a monitor
+    /// whose frames are redacted one by one).
+    var takesWebSocketRuns: Bool {
+        guard case .webSocketFrames = runFraming else { return false }
+        return authentication.role != .monitor || services.settings.monitorRedactor == nil
     }
 
     /// Queues a reply (or a monitor's copy); returns true like `enqueueBroadcast`.

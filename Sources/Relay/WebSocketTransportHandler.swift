@@ -28,6 +28,9 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private let deflate: PerMessageDeflate?
     private let codec: DeflateCodec?
     private let compressMinBytes: Int
+    /// NIO's frame encoder: buffers already framed (`WebSocketFraming`) are written from its
+    /// place in the pipeline, so that they go to the socket as they are.
+    private var encoderContext: ChannelHandlerContext?
 
     init(
         maxFrameBytes: Int,
@@ -41,6 +44,14 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         self.deflate = codec == nil ? nil : deflate
         self.codec = codec
         self.compressMinBytes = compressMinBytes
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        encoderContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        encoderContext = nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -158,6 +169,11 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             return
         }
         var buffer = unwrapOutboundIn(data)
+        if buffer.readableBytesView.first == WebSocketFraming.finalText {
+            // A run the hub framed already: JSON lines start with `{`, frames with FIN+text.
+            guard let encoderContext else { return context.write(NIOAny(buffer), promise: promise) }
+            return encoderContext.write(NIOAny(buffer), promise: promise)
+        }
         if buffer.readableBytesView.last == UInt8(ascii: "\n") {
             buffer.moveWriterIndex(to: buffer.writerIndex - 1)
         }
