@@ -53,9 +53,6 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     public var count: Int { todos.count }
 
-    /// Commit latency (one observation per group commit), and the writes waiting for the
-    /// next commit (none: the sequencer hands over one batch at a time).
-
     /// Applies the batch in order against the todos as the batch leaves them, commits every
     /// write in one transaction, and answers only then. A failed commit changes nothing: its
     /// writes answer `unavailable` and its reads answer from what is stored.
