@@ -52,11 +52,11 @@ public struct EventBus<Event: StreamEvent>: Sendable {
     ) {
         let event = emission.event
         run.perRequest[request].append(
-            Delivery(event, emission.scope, origin, encodedPayload: emission.encodedPayload)
+            Delivery(event, emission.scope, origin, encodedPayload: emission.encodedPayload, mark: emission.mark)
         )
         if let servers = serversByType[event.name] {
             for server in servers {
-                for next in server.handle(event) {
+                for next in server.handle(event, origin: origin) {
                     publish(next, origin: origin, request: request, into: &run)
                 }
             }

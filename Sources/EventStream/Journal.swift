@@ -1,14 +1,16 @@
-/// One broadcast as it was first sent: its place in the order, its type and its encoded
-/// payload (JSON bytes).
+/// One broadcast as it was first sent: its place in the order, its type, its encoded payload
+/// (JSON bytes), and the client's mutation id (`mid`) of the write that caused it, if any.
 public struct JournalEntry: Sendable, Hashable {
     public let seq: UInt64
     public let type: String
     public let payload: [UInt8]
+    public let mid: String?
 
-    public init(seq: UInt64, type: String, payload: [UInt8]) {
+    public init(seq: UInt64, type: String, payload: [UInt8], mid: String? = nil) {
         self.seq = seq
         self.type = type
         self.payload = payload
+        self.mid = mid
     }
 }
 

@@ -11,6 +11,13 @@ public protocol EventServer<Event>: Sendable {
     associatedtype Event: StreamEvent
     var observes: Set<String> { get }
     func handle(_ event: Event) -> [Emission<Event>]
+    /// The same, knowing who caused the event (its session, `id` and `mid`). The default
+    /// ignores the origin.
+    func handle(_ event: Event, origin: Origin) -> [Emission<Event>]
+}
+
+extension EventServer {
+    public func handle(_ event: Event, origin: Origin) -> [Emission<Event>] { handle(event) }
 }
 
 /// The one server that may wait: the model layer, which answers everything a batch asked of
@@ -29,12 +36,21 @@ public struct Delivery<Event: Sendable>: Sendable {
     public let origin: Origin
     /// The payload already encoded, when the server that emitted it had it (see `Emission`).
     public let encodedPayload: [UInt8]?
+    /// The mutation id of the write this event is about (see `Emission`).
+    public let mark: MutationMark?
 
-    public init(_ event: Event, _ scope: Scope, _ origin: Origin, encodedPayload: [UInt8]? = nil) {
+    public init(
+        _ event: Event,
+        _ scope: Scope,
+        _ origin: Origin,
+        encodedPayload: [UInt8]? = nil,
+        mark: MutationMark? = nil
+    ) {
         self.event = event
         self.scope = scope
         self.origin = origin
         self.encodedPayload = encodedPayload
+        self.mark = mark
     }
 }
 

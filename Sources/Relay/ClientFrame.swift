@@ -24,6 +24,8 @@ struct ClientFrame: Decodable {
     var type: FrameField<String> = .absent
     var op: FrameField<String> = .absent
     var id: FrameField<CorrelationID> = .absent
+    /// The client's mutation id: a string of 1–64 characters.
+    var mid: FrameField<String> = .absent
     var types: FrameField<[String]> = .absent
     var token: FrameField<String> = .absent
     var epoch: FrameField<String> = .absent
@@ -59,6 +61,14 @@ struct ClientFrame: Decodable {
                 id = .value(.string(text))
             } else {
                 id = .invalid
+            }
+        }
+        let midKey = Key(stringValue: "mid")
+        if container.contains(midKey) {
+            if let text = try? container.decode(String.self, forKey: midKey), (1...64).contains(text.count) {
+                mid = .value(text)
+            } else {
+                mid = .invalid
             }
         }
     }

@@ -213,10 +213,18 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             case .broadcast(let seq):
                 let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
-                let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, body: encoded)
+                let mark = delivery.mark
+                let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, mark: mark, body: encoded)
                 let originCopy =
                     origin.correlation == nil
-                    ? plain : OutboundFrame.event(seq: seq, type: name, correlation: origin.correlation, body: encoded)
+                    ? plain
+                    : OutboundFrame.event(
+                        seq: seq,
+                        type: name,
+                        correlation: origin.correlation,
+                        mark: mark,
+                        body: encoded
+                    )
                 work.append(
                     .broadcast(
                         BroadcastFrame(
@@ -229,9 +237,15 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                     )
                 )
             case .reply:
-                let encoded = codec.encodeBody(delivery.event)
+                let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
-                let frame = OutboundFrame.event(seq: nil, type: name, correlation: origin.correlation, body: encoded)
+                let frame = OutboundFrame.event(
+                    seq: nil,
+                    type: name,
+                    correlation: origin.correlation,
+                    mark: delivery.mark,
+                    body: encoded
+                )
                 if let route = routes[origin.session] {
                     work.append(.item(shard: route.shard, .reply(origin.session, frame, typeIndex: typeIndex)))
                 }
@@ -244,6 +258,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 type: name,
                 correlation: nil,
                 session: routes[origin.session]?.uuid ?? "",
+                mark: delivery.mark,
                 body: body ?? codec.encodeBody(delivery.event)
             )
             for shard in orderedShards.indices {
@@ -330,6 +345,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 seq: entry.seq,
                 type: entry.type,
                 correlation: nil,
+                mark: entry.mid.map { MutationMark(mid: $0) },
                 body: .payload(entry.payload)
             )
             work.append(

@@ -20,13 +20,15 @@ enum OutboundFrame {
         }
     }
 
-    /// `{"seq":N,"type":T,"re":R,"payload":…}` or with `error` instead of `payload`; `seq` and
-    /// `re` only when given; `session` marks a monitor's copy of someone else's event.
+    /// `{"seq":N,"type":T,"re":R,"mid":M,"payload":…}` or with `error` instead of `payload`;
+    /// `seq`, `re` and `mid` only when given; `session` marks a monitor's copy of someone
+    /// else's event; a duplicate's mark adds `"duplicate":true,"applied_seq":N` after `mid`.
     static func event(
         seq: UInt64?,
         type: String,
         correlation: CorrelationID?,
         session: String? = nil,
+        mark: MutationMark? = nil,
         body: EncodedBody
     ) -> ByteBuffer {
         var writer = JSONWriter(capacity: 128 + bodyCount(body))
@@ -35,6 +37,13 @@ enum OutboundFrame {
         writer.field("type", type)
         writeCorrelation(&writer, correlation)
         if let session { writer.field("session", session) }
+        if let mark {
+            writer.field("mid", mark.mid)
+            if let appliedSeq = mark.appliedSeq {
+                writer.field("duplicate", true)
+                writer.field("applied_seq", appliedSeq)
+            }
+        }
         switch body {
         case .payload(let bytes):
             writer.key("payload")

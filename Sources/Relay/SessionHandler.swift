@@ -165,6 +165,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         logger.debug("session started")
         let hello = OutboundFrame.op("hello", correlation: nil) { writer in
             writer.field("protocol", 1)
+            // Protocol 1.1: request frames may carry `mid` (the app makes writes idempotent by it).
+            OutboundFrame.stringArray(&writer, "features", ["mid"])
             writer.field("server", configuration.serverName)
             writer.field("session", uuid)
             writer.field("epoch", services.hub.epoch)
@@ -304,6 +306,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return
         }
         let re = frame.id.value
+        if case .invalid = frame.mid {
+            releaseStartHold()
+            sendError(.invalidFrame, "mid must be a string of 1 to 64 characters.", re)
+            return
+        }
         let limits = configuration
         guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else {
             sendError(.rateLimited, "Too many frames; at most \(Int(limits.rateLimitPerSecond)) a second.", re)
@@ -312,7 +319,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         switch (frame.type, frame.op) {
         case (.value(let type), .absent):
             guard authentication.isAuthenticated else { return refuseUnauthenticated(re) }
-            publish(type: type, bytes: bytes, re: re)
+            publish(type: type, bytes: bytes, re: re, mid: frame.mid.value)
         case (.absent, .value(let op)):
             guard authentication.isAuthenticated || op == "ping" || op == "auth" else {
                 return refuseUnauthenticated(re)
@@ -339,7 +346,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     // MARK: Publishing
 
-    private func publish(type name: String, bytes: [UInt8], re: CorrelationID?) {
+    private func publish(type name: String, bytes: [UInt8], re: CorrelationID?, mid: String?) {
         guard let descriptor = catalog[name] else {
             sendError(.unknownType, "Unknown event type \(name).", re)
             return
@@ -359,13 +366,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.invalidPayload, error.message, re)
             return
         }
-        startRequest(PreparedRequest(name: name, event: event, re: re))
+        startRequest(PreparedRequest(name: name, event: event, re: re, mid: mid))
     }
 
     struct PreparedRequest {
         let name: String
         let event: Codec.Event
         let re: CorrelationID?
+        let mid: String?
     }
 
     /// The request `event` stands for when it may join the requests in flight: a frame that
@@ -379,10 +387,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             case .value(let name) = frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
         else { return nil }
         if case .invalid = frame.id { return nil }
+        if case .invalid = frame.mid { return nil }
         guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes) else { return nil }
         let limits = configuration
         guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else { return nil }
-        return PreparedRequest(name: name, event: decoded, re: frame.id.value)
+        return PreparedRequest(name: name, event: decoded, re: frame.id.value, mid: frame.mid.value)
     }
 
     private func startRequest(_ request: PreparedRequest) {
@@ -400,7 +409,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Hands a request to the sequencer; false (nothing done) when it has no room. The caller
     /// tells `inbound` about it.
     private func submit(_ request: PreparedRequest) -> Bool {
-        guard services.submit(request.event, Origin(session: id, correlation: request.re)) else { return false }
+        guard services.submit(request.event, Origin(session: id, correlation: request.re, mid: request.mid)) else {
+            return false
+        }
         if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
         return true
     }
@@ -560,6 +571,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                             seq: entry.seq,
                             type: entry.type,
                             correlation: nil,
+                            mark: entry.mid.map { MutationMark(mid: $0) },
                             body: .payload(entry.payload)
                         )
                     }

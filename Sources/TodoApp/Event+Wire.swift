@@ -110,6 +110,33 @@ public struct TodoWireCodec: EventCodec {
         return (Event.Kind.responseTodoViewModel.rawValue, writer.bytes)
     }
 
+    /// The todo inside a journaled broadcast's payload (a TodoViewModel, as `broadcastRecord`
+    /// writes it); nil when the bytes are not one. Used to answer a duplicate write.
+    public static func todo(inBroadcastPayload payload: [UInt8]) -> Todo? {
+        guard let viewModel = try? JSONDecoder().decode(StoredViewModel.self, from: Data(payload)) else {
+            return nil
+        }
+        let stored = viewModel.todo
+        guard let id = UUID(canonical: stored.id), let createdAt = Timestamp(rfc3339: stored.createdAt),
+            let priority = TodoPriority(rawValue: stored.priority)
+        else { return nil }
+        var completedAt: Timestamp?
+        if let text = stored.completedAt {
+            guard let time = Timestamp(rfc3339: text) else { return nil }
+            completedAt = time
+        }
+        return Todo(
+            id: id,
+            createdAt: createdAt,
+            title: stored.title,
+            subtitle: stored.subtitle,
+            priority: priority,
+            completedAt: completedAt,
+            deleted: stored.deleted,
+            version: stored.version
+        )
+    }
+
     private func reference(in frame: [UInt8]) throws(PayloadError) -> TodoReference {
         try decode(ViewModelPayload.self, from: frame).todo.reference(path: "payload.todo")
     }
@@ -179,6 +206,22 @@ private struct ReferencePayload: Decodable {
         }
         return TodoReference(id: uuid, version: version)
     }
+}
+
+/// A TodoViewModel as the daemon wrote it: only its todo is read back.
+private struct StoredViewModel: Decodable {
+    struct StoredTodo: Decodable {
+        let id: String
+        let createdAt: String
+        let title: String
+        let subtitle: String
+        let priority: String
+        let completedAt: String?
+        let deleted: Bool
+        let version: Int
+    }
+
+    let todo: StoredTodo
 }
 
 private struct ViewModelPayload: Decodable {
@@ -286,6 +329,7 @@ extension JSONWriter {
             self.write(edit)
             endObject()
         }
+        if let mid = write.mid { field("mid", mid) }
         endObject()
     }
 }

@@ -36,11 +36,15 @@ public struct TodoWrite: Sendable, Hashable {
     /// When given, the write fails with `conflict` unless the stored version equals it.
     public let expectedVersion: Int?
     public let change: TodoChange
+    /// The client's mutation id: a write whose `mid` was already applied (and is still in the
+    /// journal) is not applied again; the store answers it with the original outcome.
+    public let mid: String?
 
-    public init(id: UUID, expectedVersion: Int?, change: TodoChange) {
+    public init(id: UUID, expectedVersion: Int?, change: TodoChange, mid: String? = nil) {
         self.id = id
         self.expectedVersion = expectedVersion
         self.change = change
+        self.mid = mid
     }
 
     /// Applies the change to what is stored (nil when nothing is) at time `now`. Pure: the
@@ -108,15 +112,20 @@ public struct TodoWrite: Sendable, Hashable {
 
 /// A todo as committed, with the seq of the broadcast that announces it and, when the store
 /// has it, that broadcast's payload as journaled (the same bytes every client gets).
+///
+/// `duplicate`: the write's `mid` had already been applied, by an earlier write; nothing was
+/// written now. `todo`, `seq` and `broadcastPayload` are then that earlier write's.
 public struct SavedTodo: Sendable, Hashable {
     public let todo: Todo
     public let seq: UInt64
     public let broadcastPayload: [UInt8]?
+    public let duplicate: Bool
 
-    public init(todo: Todo, seq: UInt64, broadcastPayload: [UInt8]? = nil) {
+    public init(todo: Todo, seq: UInt64, broadcastPayload: [UInt8]? = nil, duplicate: Bool = false) {
         self.todo = todo
         self.seq = seq
         self.broadcastPayload = broadcastPayload
+        self.duplicate = duplicate
     }
 }
 

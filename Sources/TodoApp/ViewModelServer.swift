@@ -18,16 +18,22 @@ public struct ViewModelServer: EventServer {
         return Set(kinds.map(\.rawValue))
     }
 
-    public func handle(_ event: Event) -> [Emission<Event>] {
+    public func handle(_ event: Event) -> [Emission<Event>] { handle(event, mid: nil) }
+
+    /// A write request with a `mid` becomes a write the store applies at most once (see
+    /// `TodoWrite.mid`); on any other request the `mid` has no effect.
+    public func handle(_ event: Event, origin: Origin) -> [Emission<Event>] { handle(event, mid: origin.mid) }
+
+    private func handle(_ event: Event, mid: String?) -> [Emission<Event>] {
         switch event {
         case .requestTodoViewModels:
             return [Emission(.requestReadTodos(ReadTodos(id: nil, purpose: .list)), .internal)]
 
         case .requestToggleCompleteTodoViewModel(let reference):
-            return [write(reference, .toggleComplete)]
+            return [write(reference, .toggleComplete, mid: mid)]
 
         case .requestDeleteTodoViewModel(let reference):
-            return [write(reference, .delete)]
+            return [write(reference, .delete, mid: mid)]
 
         case .requestNewTodoDetailViewModel:
             let fresh = Todo(createdAt: now())
@@ -44,7 +50,7 @@ public struct ViewModelServer: EventServer {
             if let subtitle = input.edit.subtitle, case .failure(let error) = Todo.validatedSubtitle(subtitle) {
                 return [Emission(.responseUpdateDetailViewModel(.failure(error)), .reply)]
             }
-            return [write(input.todo, .update(input.edit))]
+            return [write(input.todo, .update(input.edit), mid: mid)]
 
         case .responseTodos(let read, let result):
             switch read.purpose {
@@ -61,7 +67,11 @@ public struct ViewModelServer: EventServer {
                 return [Emission(.responseTodoDetailViewModel(detail), .reply)]
             }
 
+        case .responseTodo(let write, .success(let saved)) where saved.duplicate:
+            return [duplicateAnswer(write, saved)]
+
         case .responseTodo(let write, let result):
+            let mark = write.mid.map { MutationMark(mid: $0) }
             switch (write.change, result) {
             case (.update, .success(let saved)):
                 return [
@@ -69,7 +79,8 @@ public struct ViewModelServer: EventServer {
                     Emission(
                         .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
                         .broadcast(seq: saved.seq),
-                        encodedPayload: saved.broadcastPayload
+                        encodedPayload: saved.broadcastPayload,
+                        mark: mark
                     ),
                 ]
             case (.update, .failure(let error)):
@@ -79,7 +90,8 @@ public struct ViewModelServer: EventServer {
                     Emission(
                         .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
                         .broadcast(seq: saved.seq),
-                        encodedPayload: saved.broadcastPayload
+                        encodedPayload: saved.broadcastPayload,
+                        mark: mark
                     )
                 ]
             case (_, .failure(let error)):
@@ -91,10 +103,33 @@ public struct ViewModelServer: EventServer {
         }
     }
 
-    private func write(_ reference: TodoReference, _ change: TodoChange) -> Emission<Event> {
+    private func write(_ reference: TodoReference, _ change: TodoChange, mid: String?) -> Emission<Event> {
         Emission(
-            .requestWriteTodo(TodoWrite(id: reference.id, expectedVersion: reference.version, change: change)),
+            .requestWriteTodo(
+                TodoWrite(id: reference.id, expectedVersion: reference.version, change: change, mid: mid)
+            ),
             .internal
+        )
+    }
+
+    /// The answer to a write whose `mid` was already applied: one reply, nothing broadcast. A
+    /// toggle or delete gets the `ResponseTodoViewModel` first broadcast, byte for byte; a save
+    /// gets the `ResponseUpdateDetailViewModel` its first attempt got (the detail of the todo as
+    /// that write saved it). Both say `duplicate` and the seq the write was applied with.
+    private func duplicateAnswer(_ write: TodoWrite, _ saved: SavedTodo) -> Emission<Event> {
+        let mark = MutationMark(mid: write.mid ?? "", appliedSeq: saved.seq)
+        if case .update = write.change {
+            return Emission(
+                .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))),
+                .reply,
+                mark: mark
+            )
+        }
+        return Emission(
+            .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
+            .reply,
+            encodedPayload: saved.broadcastPayload,
+            mark: mark
         )
     }
 }

@@ -28,6 +28,8 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     public private(set) var commitLatency = LatencyHistogram()
     private var commitsSincePrune = 0
+    /// The mids of the writes the journal holds, trimmed with it.
+    private var mutations: RememberedMutations
     /// A journal prune rides along with every this-many commits.
     static let commitsPerPrune = 64
 
@@ -42,6 +44,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         self.now = now
         self.epoch = state.position.epoch
         self.head = state.position.head
+        self.mutations = RememberedMutations(state.mutations)
         for entry in state.todos {
             todos[entry.todo.id] = entry
             nextRowID = max(nextRowID, entry.rowID + 1)
@@ -78,11 +81,17 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         var records: [CommitRecord] = []
         var answers: [ModelAnswer] = []
         answers.reserveCapacity(batch.count)
+        // The batch's own writes with a mid, by mid: a second one in the batch is a duplicate.
+        var stagedMids: [String: JournalEntry] = [:]
         for request in batch {
             switch request {
             case .read(let read):
                 answers.append(.read(.success(todos(id: read.id, staged: staged))))
             case .write(let write):
+                if let mid = write.mid, let applied = stagedMids[mid] ?? mutations[mid]?.entry {
+                    answers.append(.write(Self.duplicate(of: applied)))
+                    continue
+                }
                 let stored = staged[write.id] ?? todos[write.id]
                 switch write.apply(to: stored?.todo, now: time) {
                 case .success(let todo):
@@ -95,13 +104,9 @@ public actor GroupCommitStore: TodoStore, JournalReader {
                     }
                     seq += 1
                     let record = TodoWireCodec.broadcastRecord(for: todo)
-                    records.append(
-                        CommitRecord(
-                            rowID: row,
-                            todo: todo,
-                            entry: JournalEntry(seq: seq, type: record.type, payload: record.payload)
-                        )
-                    )
+                    let entry = JournalEntry(seq: seq, type: record.type, payload: record.payload, mid: write.mid)
+                    records.append(CommitRecord(rowID: row, todo: todo, entry: entry))
+                    if let mid = write.mid { stagedMids[mid] = entry }
                     staged[todo.id] = (row, todo)
                     answers.append(
                         .write(.success(SavedTodo(todo: todo, seq: seq, broadcastPayload: record.payload)))
@@ -112,15 +117,22 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             }
         }
         guard !records.isEmpty else { return answers }
-        let prune = pruneDue()
+        let recordedAt = Timestamp.now().millisecondsSince1970
+        let prune = pruneDue() ? JournalPrune(head: seq, retention: backend.retention, now: recordedAt) : nil
         let started = ContinuousClock.now
         do {
-            try await backend.commit(records, prune: prune)
+            try await backend.commit(records, recordedAt: recordedAt, prune: prune)
             commitLatency.record(ContinuousClock.now - started)
             healthy = true
             for (id, entry) in staged { todos[id] = entry }
             nextRowID = rowID
             head = seq
+            if !stagedMids.isEmpty {
+                for record in records where record.entry.mid != nil {
+                    mutations.remember(RememberedMutations.Applied(entry: record.entry, recordedAt: recordedAt))
+                }
+            }
+            if let prune { mutations.trim(prune) }
             return answers
         } catch {
             commitLatency.record(ContinuousClock.now - started)
@@ -134,6 +146,16 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             }
         }
     }
+
+    /// The answer to a write whose mid was already applied: that write's outcome, as its
+    /// journal entry holds it; nothing is written.
+    private static func duplicate(of applied: JournalEntry) -> Result<SavedTodo, AppError> {
+        guard let todo = TodoWireCodec.todo(inBroadcastPayload: applied.payload) else { return .failure(.unavailable) }
+        return .success(SavedTodo(todo: todo, seq: applied.seq, broadcastPayload: applied.payload, duplicate: true))
+    }
+
+    /// Mids remembered (those of the writes the journal still holds).
+    public var rememberedMutations: Int { mutations.count }
 
     /// The todos a read sees: `staged` over what is committed.
     private func todos(id: UUID?, staged: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {

@@ -38,17 +38,15 @@ final class InMemoryBackend: StorageBackend {
 
     struct CommitFailed: Error {}
 
-    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws {
+    nonisolated(nonsending) func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) async throws {
         try state.withLockedValue { state in
             if state.failCommits { throw CommitFailed() }
             for record in batch {
                 state.todos[record.todo.id] = (record.rowID, record.todo)
                 state.journal.append(record.entry)
             }
-            if prune, let head = state.journal.last?.seq, head > retention.maxEntries {
-                let keepFrom = head - retention.maxEntries + 1
-                state.journal.removeAll { $0.seq < keepFrom }
-            }
+            // Entries are kept by count only: this backend records no times.
+            if let prune { state.journal.removeAll { $0.seq < prune.keepFrom } }
         }
     }
 

@@ -216,15 +216,18 @@ final class JournalFollower: Sendable {
         through: UInt64
     ) async throws -> [(entry: JournalEntry, origin: String?)] {
         var entries: [(entry: JournalEntry, origin: String?)] = []
-        for try await (seq, type, payload, origin) in try await connection.query(
+        for try await (seq, type, payload, origin, mid) in try await connection.query(
             """
-            SELECT seq, type, payload, origin FROM journal
+            SELECT seq, type, payload, origin, mid FROM journal
             WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
             """,
             logger: logger
-        ).decode((Int64, String, ByteBuffer, String?).self) {
+        ).decode((Int64, String, ByteBuffer, String?, String?).self) {
             entries.append(
-                (JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView)), origin)
+                (
+                    JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid),
+                    origin
+                )
             )
         }
         return entries

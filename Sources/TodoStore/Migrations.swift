@@ -65,6 +65,35 @@ enum Migrations {
         // daemons. One process owns a SQLite file, so nothing changes here; the step keeps
         // both engines' versions in step.
         ["SELECT 1"],
+        // 5: idempotent writes. A journal entry keeps the client mutation id (`mid`) of the
+        // write that caused it, unique among the entries retained; commit_log passes it on.
+        [
+            "ALTER TABLE journal ADD COLUMN mid TEXT",
+            "CREATE UNIQUE INDEX journal_mid ON journal (mid) WHERE mid IS NOT NULL",
+            "DROP TRIGGER commit_log_insert",
+            "DROP VIEW commit_log",
+            """
+            CREATE VIEW commit_log AS SELECT
+              NULL AS id, NULL AS seq_no, NULL AS created_at, NULL AS title, NULL AS subtitle,
+              NULL AS priority, NULL AS completed_at, NULL AS deleted, NULL AS version,
+              NULL AS seq, NULL AS type, NULL AS payload, NULL AS recorded_at, NULL AS mid
+            WHERE 0
+            """,
+            """
+            CREATE TRIGGER commit_log_insert INSTEAD OF INSERT ON commit_log
+            BEGIN
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+              VALUES (NEW.id, NEW.seq_no, NEW.created_at, NEW.title, NEW.subtitle, NEW.priority, NEW.completed_at,
+                NEW.deleted, NEW.version)
+              ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority, completed_at = excluded.completed_at,
+                deleted = excluded.deleted, version = excluded.version;
+              INSERT INTO journal (seq, type, payload, recorded_at, mid)
+              VALUES (NEW.seq, NEW.type, NEW.payload, NEW.recorded_at, NEW.mid);
+              UPDATE meta SET value = CAST(NEW.seq AS TEXT) WHERE key = 'head';
+            END
+            """,
+        ],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

@@ -107,6 +107,62 @@ enum PostgresMigrations {
             $$
             """,
         ],
+        // 5: idempotent writes. A journal entry keeps the client mutation id (`mid`) of the
+        // write that caused it, unique among the entries retained, and `todostream_commit`
+        // takes the batch's mids (`p_mids`, '' for a write without one): when one of them is
+        // in the journal already, nothing is written and p_head comes back -1, as for a todo
+        // that changed; the batch reads again and finds the earlier write (PostgresStore).
+        // This is a new procedure beside step 4's (another argument list): daemons of the
+        // previous version still running during an upgrade keep calling theirs.
+        [
+            "ALTER TABLE journal ADD COLUMN mid TEXT",
+            "CREATE UNIQUE INDEX journal_mid ON journal (mid) WHERE mid IS NOT NULL",
+            """
+            CREATE OR REPLACE PROCEDURE todostream_commit(
+              p_origin TEXT, p_check_ids TEXT[], p_check_versions BIGINT[],
+              p_ids TEXT[], p_offsets BIGINT[], p_created BIGINT[], p_titles TEXT[], p_subtitles TEXT[],
+              p_priorities TEXT[], p_completed BIGINT[], p_has_completed BOOLEAN[], p_deleted BOOLEAN[],
+              p_versions BIGINT[], p_types TEXT[], p_payloads BYTEA[], p_mids TEXT[], p_recorded_at BIGINT,
+              INOUT p_head BIGINT DEFAULT NULL
+            ) LANGUAGE plpgsql AS $$
+            DECLARE
+              v_matching INTEGER;
+            BEGIN
+              PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
+              SELECT head INTO p_head FROM stream_state WHERE id = 1 FOR UPDATE;
+              IF p_head IS NULL THEN
+                RAISE EXCEPTION 'the database has no stream_state row';
+              END IF;
+              SELECT count(*) INTO v_matching
+                FROM unnest(p_check_ids, p_check_versions) AS c(id, version)
+                LEFT JOIN todos t ON t.id = c.id
+                WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0)
+                OR EXISTS (SELECT 1 FROM journal WHERE mid = ANY(p_mids)) THEN
+                p_head := -1;
+                ROLLBACK;
+                RETURN;
+              END IF;
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+                SELECT r.id, p_head + r.first, r.created, r.title, r.subtitle, r.priority,
+                  CASE WHEN r.has_completed THEN r.completed END, r.deleted, r.version
+                FROM unnest(p_ids, p_offsets, p_created, p_titles, p_subtitles, p_priorities, p_completed,
+                  p_has_completed, p_deleted, p_versions)
+                  AS r(id, first, created, title, subtitle, priority, completed, has_completed, deleted, version)
+              ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority,
+                completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version;
+              INSERT INTO journal (seq, type, payload, recorded_at, origin, mid)
+                SELECT p_head + j.n, j.type, j.payload, p_recorded_at, p_origin, NULLIF(j.mid, '')
+                FROM unnest(p_types, p_payloads, p_mids) WITH ORDINALITY AS j(type, payload, mid, n);
+              p_head := p_head + coalesce(cardinality(p_types), 0);
+              UPDATE stream_state SET head = p_head WHERE id = 1;
+              PERFORM pg_notify('todostream_journal', p_head::text);
+              COMMIT;
+            END
+            $$
+            """,
+        ],
     ]
 
     /// Brings the schema to the newest version; refuses a database newer than this build.

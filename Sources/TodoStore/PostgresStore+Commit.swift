@@ -24,12 +24,16 @@ extension PostgresStore {
     }
 
     /// A batch applied to the todos it read: its answers, the rows and journal entries to write.
-    /// Seqs are not known until the commit: `results` and `entries` count them from 1.
+    /// Seqs are not known until the commit: `results` and `entries` count them from 1, except
+    /// the answers to writes whose mid the journal already held (`fromJournal`), whose seqs are
+    /// the journal's.
     struct Staged: Sendable {
         var results: [Result<SavedTodo, AppError>] = []
+        /// Per result: true when its seq is the journal's, not an offset within the batch.
+        var fromJournal: [Bool] = []
         /// The final state of each todo written, once, and the offset of its first save.
         var rows: [(offset: Int64, todo: Todo)] = []
-        var entries: [(type: String, payload: [UInt8])] = []
+        var entries: [(type: String, payload: [UInt8], mid: String?)] = []
         /// Every todo the batch read, with the version it had then (-1: there was none).
         var checks: [(id: String, version: Int64)] = []
         /// The head when the todos were read: the batch's seqs come after it.
@@ -37,8 +41,16 @@ extension PostgresStore {
 
         /// The results with their real seqs, the batch's first seq being `first`.
         func results(first: UInt64) -> [Result<SavedTodo, AppError>] {
-            results.map { result in
-                result.map { SavedTodo(todo: $0.todo, seq: first - 1 + $0.seq, broadcastPayload: $0.broadcastPayload) }
+            zip(results, fromJournal).map { result, fromJournal in
+                guard !fromJournal else { return result }
+                return result.map {
+                    SavedTodo(
+                        todo: $0.todo,
+                        seq: first - 1 + $0.seq,
+                        broadcastPayload: $0.broadcastPayload,
+                        duplicate: $0.duplicate
+                    )
+                }
             }
         }
     }
@@ -210,8 +222,14 @@ extension PostgresStore {
                     logger: logger
                 )
             }
-            let (head, stored) = try await read(ids.map(\.lowercased), on: connection, logger: logger)
-            batch = stage(writes, ids: ids, stored: stored, head: head, time: time)
+            let mids = writes.compactMap(\.mid)
+            let (head, stored, applied) = try await read(
+                ids.map(\.lowercased),
+                mids: mids,
+                on: connection,
+                logger: logger
+            )
+            batch = stage(writes, ids: ids, stored: stored, applied: applied, head: head, time: time)
         } catch {
             if locked { try? await connection.close() }
             return .failed(error)
@@ -258,11 +276,14 @@ extension PostgresStore {
         return !state.hasPrefix("57") && !state.hasPrefix("08")
     }
 
-    /// Applies the writes in order to the todos read; seqs count from 1 within the batch.
+    /// Applies the writes in order to the todos read; seqs count from 1 within the batch. A
+    /// write whose mid is in `applied` (journal entries read with the todos), or was written
+    /// earlier in this batch, is a duplicate: answered with that write's outcome, not written.
     static func stage(
         _ writes: [TodoWrite],
         ids: [UUID],
         stored: [UUID: (rowID: Int64, todo: Todo)],
+        applied: [String: JournalEntry] = [:],
         head: Int64,
         time: Timestamp
     ) -> Staged {
@@ -270,13 +291,27 @@ extension PostgresStore {
         batch.checks = ids.map { id in (id.lowercased, stored[id].map { Int64($0.todo.version) } ?? -1) }
         var current: [UUID: Todo] = [:]
         var rowIndex: [UUID: Int] = [:]
+        /// Mids written by this batch: the offset of their entry.
+        var stagedMids: [String: UInt64] = [:]
         for write in writes {
+            if let mid = write.mid, let entry = applied[mid] {
+                batch.results.append(duplicate(of: entry.payload, seq: entry.seq))
+                batch.fromJournal.append(true)
+                continue
+            }
+            if let mid = write.mid, let offset = stagedMids[mid] {
+                batch.results.append(duplicate(of: batch.entries[Int(offset) - 1].payload, seq: offset))
+                batch.fromJournal.append(false)
+                continue
+            }
+            batch.fromJournal.append(false)
             let before = current[write.id] ?? stored[write.id]?.todo
             switch write.apply(to: before, now: time) {
             case .success(let todo):
                 let record = TodoWireCodec.broadcastRecord(for: todo)
-                batch.entries.append(record)
+                batch.entries.append((record.type, record.payload, write.mid))
                 let offset = UInt64(batch.entries.count)
+                if let mid = write.mid { stagedMids[mid] = offset }
                 current[todo.id] = todo
                 if let index = rowIndex[todo.id] {
                     batch.rows[index].todo = todo
@@ -293,26 +328,56 @@ extension PostgresStore {
         return batch
     }
 
-    /// Reads the head and the todos with `ids`, in one round trip.
+    /// The answer to a write whose mid was applied before, from that write's journal entry.
+    private static func duplicate(of payload: [UInt8], seq: UInt64) -> Result<SavedTodo, AppError> {
+        guard let todo = TodoWireCodec.todo(inBroadcastPayload: payload) else { return .failure(.unavailable) }
+        return .success(SavedTodo(todo: todo, seq: seq, broadcastPayload: payload, duplicate: true))
+    }
+
+    /// Reads the head, the todos with `ids`, and the journal entries of the writes that already
+    /// used one of `mids`, in one round trip.
     static func read(
         _ ids: [String],
+        mids: [String] = [],
         on connection: PostgresConnection,
         logger: Logger
-    ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)]) {
+    ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)], applied: [String: JournalEntry]) {
         var head: Int64 = -1
         var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        var applied: [String: JournalEntry] = [:]
+        // The journal's rows come after the todos' (head NULL), only when the batch has mids.
         let query: PostgresQuery = """
             SELECT s.head, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority, t.completed_at,
-              t.deleted, t.version
+              t.deleted, t.version, NULL::BIGINT, NULL::TEXT, NULL::BYTEA, NULL::TEXT
             FROM stream_state s LEFT JOIN todos t ON t.id = ANY(\(ids))
             WHERE s.id = 1
+            UNION ALL
+            SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, j.seq, j.type, j.payload, j.mid
+            FROM journal j WHERE j.mid = ANY(\(mids))
             """
         let rows = try await connection.query(query, logger: logger)
-        for try await (value, id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version)
+        for try await (
+            value, id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version,
+            seq, type, payload, mid
+        )
             in rows.decode(
-                (Int64, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
+                (
+                    Int64?, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?,
+                    Int64?, String?, ByteBuffer?, String?
+                ).self
             )
         {
+            guard let value else {
+                if let seq, let type, let payload, let mid {
+                    applied[mid] = JournalEntry(
+                        seq: UInt64(seq),
+                        type: type,
+                        payload: Array(payload.readableBytesView),
+                        mid: mid
+                    )
+                }
+                continue
+            }
             head = value
             guard let id, let seqNo, let createdAt, let title, let subtitle, let priority, let deleted, let version
             else { continue }
@@ -329,7 +394,7 @@ extension PostgresStore {
             todos[todo.id] = (seqNo, todo)
         }
         guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
-        return (head, todos)
+        return (head, todos, applied)
     }
 
     /// Calls `todostream_commit` (schema step 4), which has committed when it answers: returns
@@ -356,6 +421,7 @@ extension PostgresStore {
         binds.append(batch.rows.map { Int64($0.todo.version) })
         binds.append(batch.entries.map(\.type))
         binds.append(batch.entries.map { ByteBuffer(bytes: $0.payload) })
+        binds.append(batch.entries.map { $0.mid ?? "" })
         binds.append(Timestamp.now().millisecondsSince1970)
         let sql = "CALL todostream_commit(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
         var head: Int64 = -1

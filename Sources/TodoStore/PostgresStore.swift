@@ -330,12 +330,15 @@ public actor PostgresStore: ServedStore {
         logger: Logger
     ) async throws -> [JournalEntry] {
         var entries: [JournalEntry] = []
-        for try await (seq, type, payload) in try await connection.query(
-            "SELECT seq, type, payload FROM journal WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq",
+        for try await (seq, type, payload, mid) in try await connection.query(
+            """
+            SELECT seq, type, payload, mid FROM journal
+            WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
+            """,
             logger: logger
-        ).decode((Int64, String, ByteBuffer).self) {
+        ).decode((Int64, String, ByteBuffer, String?).self) {
             entries.append(
-                JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView))
+                JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid)
             )
         }
         return entries

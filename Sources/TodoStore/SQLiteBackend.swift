@@ -17,7 +17,7 @@ final class SQLiteBackend: StorageBackend {
     private let writer: SQLiteConnection
     private let reader: SQLiteConnection
     private let checkpointer: SQLiteConnection
-    private let retention: JournalRetention
+    let retention: JournalRetention
     private let logger: Logger
     private let checkpoints = NIOLockedValueBox(CheckpointState.idle(commitsSince: 0))
 
@@ -130,14 +130,41 @@ final class SQLiteBackend: StorageBackend {
         let headRows = try await writer.rows("SELECT value FROM meta WHERE key = 'head'", [])
         let head = UInt64(headRows.first?.column("value")?.string ?? "0") ?? 0
         let oldest = try await oldestRetained() ?? head + 1
-        return LoadedState(todos: todos, position: JournalPosition(epoch: epoch, head: head, oldest: oldest))
+        let mutationRows = try await writer.rows(
+            "SELECT seq, type, payload, mid, recorded_at FROM journal WHERE mid IS NOT NULL ORDER BY seq",
+            []
+        )
+        var mutations: [RememberedMutations.Applied] = []
+        mutations.reserveCapacity(mutationRows.count)
+        for row in mutationRows {
+            guard let seq = row.column("seq")?.integer, let type = row.column("type")?.string,
+                var payload = row.column("payload")?.blob, let mid = row.column("mid")?.string,
+                let recordedAt = row.column("recorded_at")?.integer
+            else { throw StoreError(message: "A journal entry with a mid is damaged.") }
+            let bytes = payload.readBytes(length: payload.readableBytes) ?? []
+            mutations.append(
+                RememberedMutations.Applied(
+                    entry: JournalEntry(seq: UInt64(seq), type: type, payload: bytes, mid: mid),
+                    recordedAt: Int64(recordedAt)
+                )
+            )
+        }
+        return LoadedState(
+            todos: todos,
+            position: JournalPosition(epoch: epoch, head: head, oldest: oldest),
+            mutations: mutations
+        )
     }
 
-    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws {
-        guard let last = batch.last else { return }
-        let recordedAt = SQLiteData.integer(SQLiteInt64(Timestamp.now().millisecondsSince1970))
+    nonisolated(nonsending) func commit(
+        _ batch: [CommitRecord],
+        recordedAt time: Int64,
+        prune: JournalPrune?
+    ) async throws {
+        guard !batch.isEmpty else { return }
+        let recordedAt = SQLiteData.integer(SQLiteInt64(time))
         var binds: [SQLiteData] = []
-        binds.reserveCapacity(batch.count * 13)
+        binds.reserveCapacity(batch.count * 14)
         for record in batch {
             let todo = record.todo
             binds += [
@@ -149,17 +176,18 @@ final class SQLiteBackend: StorageBackend {
                 .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
                 .integer(SQLiteInt64(record.entry.seq)), .text(record.entry.type),
                 .blob(ByteBuffer(bytes: record.entry.payload)), recordedAt,
+                record.entry.mid.map { .text($0) } ?? .null,
             ]
         }
-        // One statement (see `Migrations`, step 2) writes todos, journal and head atomically.
-        let values = Array(repeating: "(?,?,?,?,?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
+        // One statement (see `Migrations`, steps 2 and 5) writes todos, journal and head atomically.
+        let values = Array(repeating: "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
         let insert = """
             INSERT INTO commit_log (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version,
-              seq, type, payload, recorded_at)
+              seq, type, payload, recorded_at, mid)
             VALUES \(values)
             """
         do {
-            guard prune else {
+            guard let prune else {
                 // Outside BEGIN … COMMIT the statement is its own transaction, durable on return.
                 try await writer.exec(insert, binds)
                 checkpointIfDue()
@@ -169,10 +197,8 @@ final class SQLiteBackend: StorageBackend {
             do {
                 try await writer.exec(insert, binds)
                 // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
-                let keepFrom = last.entry.seq > retention.maxEntries ? last.entry.seq - retention.maxEntries + 1 : 0
-                try await writer.exec("DELETE FROM journal WHERE seq < ?", [.integer(SQLiteInt64(keepFrom))])
-                if retention.maxAgeSeconds > 0 {
-                    let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
+                try await writer.exec("DELETE FROM journal WHERE seq < ?", [.integer(SQLiteInt64(prune.keepFrom))])
+                if let cutoff = prune.cutoff {
                     try await writer.exec("DELETE FROM journal WHERE recorded_at < ?", [.integer(SQLiteInt64(cutoff))])
                 }
                 try await writer.exec("COMMIT")
@@ -190,7 +216,7 @@ final class SQLiteBackend: StorageBackend {
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
         guard through > after else { return [] }
         let rows = try await reader.rows(
-            "SELECT seq, type, payload FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq",
+            "SELECT seq, type, payload, mid FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq",
             [.integer(SQLiteInt64(after)), .integer(SQLiteInt64(through))]
         )
         return rows.compactMap { row in
@@ -200,7 +226,8 @@ final class SQLiteBackend: StorageBackend {
             return JournalEntry(
                 seq: UInt64(seq),
                 type: type,
-                payload: payload.readBytes(length: payload.readableBytes) ?? []
+                payload: payload.readBytes(length: payload.readableBytes) ?? [],
+                mid: row.column("mid")?.string
             )
         }
     }

@@ -14,15 +14,20 @@ struct CommitRecord: Sendable {
 struct LoadedState: Sendable {
     var todos: [(rowID: Int64, todo: Todo)]
     var position: JournalPosition
+    /// The journal's entries that carry a client mutation id (`mid`).
+    var mutations: [RememberedMutations.Applied] = []
 }
 
 /// Where a `GroupCommitStore` keeps its data. A backend commits a whole batch atomically or
 /// nothing of it.
 protocol StorageBackend: Sendable {
+    /// How much of the journal to keep.
+    var retention: JournalRetention { get }
     func load() async throws -> LoadedState
-    /// Commits the batch (todos and journal entries) in one transaction; with `prune`, the
-    /// same transaction drops journal entries beyond the retention.
-    nonisolated(nonsending) func commit(_ batch: [CommitRecord], prune: Bool) async throws
+    /// Commits the batch (todos and journal entries, each recorded at `recordedAt`, ms since
+    /// 1970) in one transaction; with `prune`, the same transaction drops the journal entries
+    /// it names.
+    nonisolated(nonsending) func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) async throws
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry]
     func oldestRetained() async throws -> UInt64?
     func close() async

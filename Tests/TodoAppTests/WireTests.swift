@@ -119,4 +119,26 @@ import Testing
             #expect(UUID(canonical: bad) == nil, "\(bad)")
         }
     }
+
+    @Test func aJournaledBroadcastReadsBackAsTheTodoItWasWrittenFrom() {
+        for todo in [
+            Todo(createdAt: Timestamp(millisecondsSince1970: 1_763_752_748_704), title: "Buy \"milk\"", version: 4),
+            Todo(
+                createdAt: Timestamp(millisecondsSince1970: 0),
+                title: "é",
+                subtitle: "line\nbreak",
+                priority: .high,
+                completedAt: Timestamp(millisecondsSince1970: 951_782_400_999),  // 2000-02-29
+                deleted: true,
+                version: 1
+            ),
+        ] {
+            let record = TodoWireCodec.broadcastRecord(for: todo)
+            #expect(TodoWireCodec.todo(inBroadcastPayload: record.payload) == todo)
+        }
+        #expect(TodoWireCodec.todo(inBroadcastPayload: Array("{}".utf8)) == nil)
+        #expect(Timestamp(rfc3339: "2026-11-21T19:06:04.123Z")?.rfc3339 == "2026-11-21T19:06:04.123Z")
+        #expect(Timestamp(rfc3339: "2026-13-21T19:06:04.123Z") == nil)
+        #expect(Timestamp(rfc3339: "2026-11-21T19:06:04Z") == nil)
+    }
 }

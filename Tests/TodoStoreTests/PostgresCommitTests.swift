@@ -1,3 +1,4 @@
+import EventStream
 import Foundation
 import Testing
 import TodoApp
@@ -83,6 +84,37 @@ import TodoApp
         #expect(results[2].failureCode == .conflict)
         #expect(results[3].failureCode == .notFound)
         #expect(try results[4].get().seq == 103)
+    }
+
+    @Test func stagingAnswersAMidAlreadyAppliedFromItsJournalEntryAndWritesNothingForIt() throws {
+        let now = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        let todo = Todo(createdAt: now, title: "kept", version: 3)
+        let earlier = TodoWireCodec.broadcastRecord(for: Todo(createdAt: now, title: "as it was", version: 2))
+        let applied = JournalEntry(seq: 57, type: earlier.type, payload: earlier.payload, mid: "m:1")
+        let writes = [
+            TodoWrite(id: todo.id, expectedVersion: nil, change: .toggleComplete, mid: "m:1"),  // in the journal
+            TodoWrite(id: todo.id, expectedVersion: nil, change: .toggleComplete, mid: "m:2"),  // new
+            TodoWrite(id: todo.id, expectedVersion: nil, change: .delete, mid: "m:2"),  // earlier in this batch
+            TodoWrite(id: todo.id, expectedVersion: nil, change: .toggleComplete),
+        ]
+        let batch = PostgresStore.stage(
+            writes,
+            ids: [todo.id],
+            stored: [todo.id: (rowID: 12, todo: todo)],
+            applied: ["m:1": applied],
+            head: 100,
+            time: now
+        )
+        #expect(batch.entries.map(\.mid) == ["m:2", nil], "only the new write and the one without a mid")
+        let results = batch.results(first: 101)
+        let journaled = try results[0].get()
+        #expect(journaled.duplicate && journaled.seq == 57 && journaled.todo.title == "as it was")
+        #expect(journaled.broadcastPayload == earlier.payload)
+        let new = try results[1].get()
+        #expect(!new.duplicate && new.seq == 101)
+        let repeated = try results[2].get()
+        #expect(repeated.duplicate && repeated.seq == 101 && repeated.broadcastPayload == new.broadcastPayload)
+        #expect(try results[3].get().seq == 102)
     }
 }
 
