@@ -14,6 +14,9 @@ import PostgresNIO
 /// Entries this daemon committed itself (`LocalClaims`) are skipped: their broadcasts already go
 /// out through the local path, with the requester's `re` copy.
 ///
+/// Each (re)connect goes to the first usable server of the list (`connectToFittingServer`), so
+/// the follower moves with the database when a standby is promoted.
+///
 /// It starts no task of its own: `run()` follows in its caller's task until that is cancelled.
 final class JournalFollower: Sendable {
     /// Entries read per query while catching up.
@@ -26,6 +29,8 @@ final class JournalFollower: Sendable {
     private let logger: Logger
     private let publish: @Sendable ([JournalEntry]) -> Void
     private let resynchronized: @Sendable (UInt64) -> Void
+    /// Told when the connection fails (the server may be gone).
+    private let serverFailed: @Sendable (any Error) -> Void
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
@@ -38,7 +43,8 @@ final class JournalFollower: Sendable {
         eventLoop: any EventLoop,
         logger: Logger,
         publish: @escaping @Sendable ([JournalEntry]) -> Void,
-        resynchronized: @escaping @Sendable (UInt64) -> Void
+        resynchronized: @escaping @Sendable (UInt64) -> Void,
+        serverFailed: @escaping @Sendable (any Error) -> Void = { _ in }
     ) {
         self.connector = connector
         self.claims = claims
@@ -48,6 +54,7 @@ final class JournalFollower: Sendable {
         self.logger = logger
         self.publish = publish
         self.resynchronized = resynchronized
+        self.serverFailed = serverFailed
     }
 
     /// The newest seq handled (published, or left to the local path).
@@ -63,9 +70,8 @@ final class JournalFollower: Sendable {
             let generation = connectionID
             cursor.withLockedValue { $0.generation = generation }
             do {
-                let connection = try await PostgresConnection.connect(
+                let (connection, _) = try await connector.connectToFittingServer(
                     on: eventLoop,
-                    configuration: connector.connectionConfiguration,
                     id: connectionID,
                     logger: logger
                 )
@@ -83,6 +89,7 @@ final class JournalFollower: Sendable {
                 try? await connection.close()
             } catch {
                 guard !Task.isCancelled else { return }
+                serverFailed(error)
                 if health.recordFeed(up: false) {
                     logger.error(
                         "lost the journal feed from PostgreSQL; reconnecting",

@@ -30,7 +30,7 @@ extension PostgresStore {
         let entries = NIOLockedValueBox<[JournalEntry]>([])
         let results = NIOLockedValueBox<[Result<SavedTodo, AppError>]>([])
         do {
-            outcome = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+            outcome = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                 await Self.transaction(
                     writes,
                     time: time,
@@ -89,7 +89,7 @@ extension PostgresStore {
         var delay = Duration.milliseconds(50)
         while ContinuousClock.now < deadline {
             do {
-                let stored = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                let stored = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                     // A COMMIT still running on the server (its socket closed by us after a
                     // timeout) holds the stream_state row: wait for it to end, then look.
                     try await connection.query("BEGIN", logger: logger)
