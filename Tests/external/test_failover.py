@@ -206,3 +206,17 @@ def test_losing_the_primary_moves_the_daemons_to_the_promoted_standby(replicated
                 answer = toggle(late, first["payload"]["todo"], timeout=30)
             assert "seq" in answer, answer
             assert c.expect_seq(answer["seq"]) == strip_re(answer)
+
+
+def test_a_read_only_server_listed_first_is_skipped(replicated, daemon_factory):
+    primary, standby, database = replicated
+    url = (f"postgres://postgres@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/{database}"
+           "?sslmode=require&target_session_attrs=read-write")
+    d = daemon_factory("--storage", "postgres", "--postgres-url", url)
+    with LineClient(d.tcp_port, name="c") as c:
+        _, made = create_todo(c, "written on the primary")
+        assert toggle(c, made["payload"]["todo"]).get("seq") == made["seq"] + 1
+    assert f"database.server=127.0.0.1:{primary.port}" in d.log_text(), "the store opened on the primary"
+    wait_until(lambda: int(standby.psql("SELECT count(*) FROM journal", database) or 0) >= 2,
+               what="the writes on the standby too")
+    assert int(primary.psql("SELECT head FROM stream_state", database)) == made["seq"] + 1
