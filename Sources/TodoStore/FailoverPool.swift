@@ -77,22 +77,33 @@ final class FailoverPool: Sendable {
 
     /// Runs `body` on a pooled connection of the client in use, like `PostgresClient.withLease`
     /// (each wait bounded by `timeout`); a failure that suggests the server is gone or read-only
-    /// starts a selection. A lease whose client was replaced meanwhile fails with
-    /// `ServerChanged` (which starts nothing: the pool has already moved).
+    /// starts a selection. A lease whose client was replaced by one for another server while it
+    /// waited, before `body` ran, is tried once more on the new client; one whose `body` had
+    /// started fails with `ServerChanged` (which starts nothing: the pool has already moved).
     func withLease<Result: Sendable>(
         timeout: Duration,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
     ) async throws -> Result {
-        let (generation, client) = shared.withLockedValue { ($0.generation, $0.client) }
-        do {
-            let result = try await client.withLease(timeout: timeout, body)
-            shared.withLockedValue { _ = $0.machine.leaseSucceeded(generation: generation) }
-            return result
-        } catch {
-            let replaced = shared.withLockedValue { $0.generation != generation }
-            if replaced && Self.suggestsServerLoss(error) { throw ServerChanged() }
-            report(error, generation: generation)
-            throw error
+        var retried = false
+        while true {
+            let (generation, client) = shared.withLockedValue { ($0.generation, $0.client) }
+            let entered = NIOLockedValueBox(false)
+            do {
+                let result = try await client.withLease(timeout: timeout) { connection in
+                    entered.withLockedValue { $0 = true }
+                    return try await body(connection)
+                }
+                shared.withLockedValue { _ = $0.machine.leaseSucceeded(generation: generation) }
+                return result
+            } catch {
+                let replaced = shared.withLockedValue { $0.generation != generation }
+                guard replaced && Self.suggestsServerLoss(error) else {
+                    report(error, generation: generation)
+                    throw error
+                }
+                guard !retried, !entered.withLockedValue({ $0 }), !Task.isCancelled else { throw ServerChanged() }
+                retried = true
+            }
         }
     }
 
