@@ -141,6 +141,24 @@ import Testing
         #expect(message("postgres://a@b/c?target_session_attrs=standby")?.contains("read-write") == true)
     }
 
+    @Test func eachServerOfTheListGetsConfigurationsOfItsOwn() throws {
+        let connector = try PostgresConnector(
+            settings: PostgresSettings(url: "postgres://todo:pw@h1:6001,h2/x?port=6002&sslmode=disable")
+        )
+        #expect(connector.serverCount == 2)
+        #expect(connector.clientConfiguration(server: 0).host == "h1")
+        #expect(connector.clientConfiguration(server: 0).port == 6001)
+        #expect(connector.clientConfiguration(server: 1).host == "h2")
+        #expect(connector.clientConfiguration(server: 1).port == 6002)
+        #expect(connector.connectionConfiguration(server: 1).host == "h2")
+        #expect(connector.connectionConfiguration(server: 1).port == 6002)
+        #expect(connector.serverName(1) == "h2:6002")
+        let socket = try PostgresConnector(settings: PostgresSettings(url: "postgres://todo@/x?host=/tmp/pg&port=6003"))
+        #expect(socket.serverCount == 1)
+        #expect(socket.clientConfiguration(server: 0).unixSocketPath == "/tmp/pg/.s.PGSQL.6003")
+        #expect(socket.serverName(0) == "/tmp/pg/.s.PGSQL.6003")
+    }
+
     @Test func serversAreWritableOnlyWhenNeitherReadOnlyNorInRecovery() {
         #expect(PostgresConnector.fits(.any, transactionReadOnly: "on", inRecovery: true))
         #expect(PostgresConnector.fits(.readWrite, transactionReadOnly: "off", inRecovery: false))
