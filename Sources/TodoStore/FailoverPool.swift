@@ -16,9 +16,9 @@ struct ServerChanged: Error, CustomStringConvertible {
 ///
 /// `FailoverStateMachine` decides; this executes its actions. Every client runs inside `run()`
 /// (so inside the service that runs the store's connections); a retired client is stopped,
-/// which fails whatever it still had under way. Leases go to the client in use at the moment
-/// they start; while a selection runs that is still the old one, whose leases fail within their
-/// timeout.
+/// and the leases still under way on it are abandoned (they fail with `ServerChanged`, their
+/// connections are closed). Leases go to the client in use at the moment they start; while a
+/// selection runs that is still the old one, whose leases fail within their timeout.
 final class FailoverPool: Sendable {
     private struct Shared {
         var machine: FailoverStateMachine
@@ -27,6 +27,12 @@ final class FailoverPool: Sendable {
         var client: PostgresClient
         /// Ends the run of each running client, by generation.
         var stops: [Int: AsyncStream<Void>.Continuation] = [:]
+        /// The leases of each generation under way, each as the function that abandons it: called
+        /// when the generation is retired (a query to a lost server does not always fail by
+        /// itself, even once its connection is closed).
+        var leased: [Int: [Int: @Sendable () -> Void]] = [:]
+        /// Leases started so far (keys of `leased`).
+        var leases = 0
         /// Selections made so far (connection ids for their probes).
         var selections = 0
     }
@@ -70,6 +76,10 @@ final class FailoverPool: Sendable {
         )
     }
 
+    /// The generation of the client leases go to now; it changes whenever the pool moves to
+    /// another server.
+    var clientGeneration: Int { shared.withLockedValue { $0.generation } }
+
     /// The server leases go to now, for messages.
     var serverInUse: String {
         connector.serverName(shared.withLockedValue { $0.machine.current?.server ?? 0 })
@@ -90,19 +100,87 @@ final class FailoverPool: Sendable {
             let entered = NIOLockedValueBox(false)
             do {
                 let result = try await client.withLease(timeout: timeout) { connection in
-                    entered.withLockedValue { $0 = true }
-                    return try await body(connection)
+                    try await self.abandonable(generation: generation, connection: connection, entered: entered) {
+                        try await body(connection)
+                    }
                 }
                 shared.withLockedValue { _ = $0.machine.leaseSucceeded(generation: generation) }
                 return result
             } catch {
                 let replaced = shared.withLockedValue { $0.generation != generation }
-                guard replaced && Self.suggestsServerLoss(error) else {
+                guard replaced, error is ServerChanged || Self.suggestsServerLoss(error) else {
                     report(error, generation: generation)
                     throw error
                 }
                 guard !retried, !entered.withLockedValue({ $0 }), !Task.isCancelled else { throw ServerChanged() }
                 retried = true
+            }
+        }
+    }
+
+    private enum LeaseRun<Result: Sendable> {
+        case starting
+        case running(CheckedContinuation<Result, any Error>)
+        case over
+    }
+
+    /// Runs `body` for a lease of `generation` so that retiring the generation abandons it at
+    /// once: the lease then fails with `ServerChanged` and its connection is closed, and `body` is
+    /// left to finish or fail on its own, as a lease that overruns its timeout is (a COMMIT it
+    /// had sent is then resolved as in doubt by its caller). Throws `ServerChanged` without
+    /// running `body` when the generation is retired already; sets `entered` when `body` runs.
+    private func abandonable<Result: Sendable>(
+        generation: Int,
+        connection: PostgresConnection,
+        entered: NIOLockedValueBox<Bool>,
+        _ body: @escaping @Sendable () async throws -> Result
+    ) async throws -> Result {
+        let run = NIOLockedValueBox(LeaseRun<Result>.starting)
+        let abandon: @Sendable () -> Void = {
+            let waiting = run.withLockedValue { run -> CheckedContinuation<Result, any Error>?? in
+                defer { run = .over }
+                switch run {
+                case .starting: return .some(nil)
+                case .running(let continuation): return .some(continuation)
+                case .over: return nil
+                }
+            }
+            guard let waiting else { return }
+            waiting?.resume(throwing: ServerChanged())
+            Self.closeNow(connection)
+        }
+        let lease = shared.withLockedValue { shared -> Int? in
+            guard shared.generation == generation else { return nil }
+            shared.leases += 1
+            shared.leased[generation, default: [:]][shared.leases] = abandon
+            return shared.leases
+        }
+        guard let lease else { throw ServerChanged() }
+        defer { shared.withLockedValue { _ = $0.leased[generation]?.removeValue(forKey: lease) } }
+        entered.withLockedValue { $0 = true }
+        return try await withCheckedThrowingContinuation { continuation in
+            let abandoned = run.withLockedValue { run -> Bool in
+                guard case .starting = run else { return true }
+                run = .running(continuation)
+                return false
+            }
+            guard !abandoned else {
+                continuation.resume(throwing: ServerChanged())
+                return
+            }
+            Task {
+                let result: Swift.Result<Result, any Error>
+                do {
+                    result = .success(try await body())
+                } catch {
+                    result = .failure(error)
+                }
+                let waiting = run.withLockedValue { run -> CheckedContinuation<Result, any Error>? in
+                    defer { run = .over }
+                    guard case .running(let continuation) = run else { return nil }
+                    return continuation
+                }
+                waiting?.resume(with: result)
             }
         }
     }
@@ -170,6 +248,12 @@ final class FailoverPool: Sendable {
             }
             for stop in stops { stop.finish() }
         }
+    }
+
+    /// Closes the connection's channel without waiting (the pool's synchronous `close()`).
+    private static func closeNow(_ connection: PostgresConnection) {
+        let close: () -> Void = connection.close
+        close()
     }
 
     private static func run(
@@ -244,7 +328,16 @@ final class FailoverPool: Sendable {
                 return
             case .swap(let next, let retired):
                 if let started { Self.run(started.0, until: started.1, in: &group) }
-                shared.withLockedValue { $0.stops.removeValue(forKey: retired.generation) }?.finish()
+                let (stop, leased) = shared.withLockedValue {
+                    (
+                        $0.stops.removeValue(forKey: retired.generation),
+                        $0.leased.removeValue(forKey: retired.generation)
+                    )
+                }
+                // Whatever still runs on the old server fails now rather than at its timeout
+                // (a COMMIT under way is resolved as in doubt).
+                for abandon in leased?.values ?? [:].values { abandon() }
+                stop?.finish()
                 logger.notice(
                     "switched to another PostgreSQL server",
                     metadata: [

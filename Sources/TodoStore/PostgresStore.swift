@@ -384,7 +384,8 @@ public actor PostgresStore: ServedStore {
             logger: logger,
             publish: publish,
             resynchronized: resynchronized,
-            serverFailed: { [pool] error in pool.report(error) }
+            serverFailed: { [pool] error in pool.report(error) },
+            poolClient: { [pool] in pool.clientGeneration }
         )
         await follower.run()
     }

@@ -220,3 +220,57 @@ def test_a_read_only_server_listed_first_is_skipped(replicated, daemon_factory):
     wait_until(lambda: int(standby.psql("SELECT count(*) FROM journal", database) or 0) >= 2,
                what="the writes on the standby too")
     assert int(primary.psql("SELECT head FROM stream_state", database)) == made["seq"] + 1
+
+
+def test_a_primary_left_running_read_only_is_left_for_the_promoted_standby(replicated, daemon_factory):
+    """A switchover in which the old primary stays up but read-only: writes there fail with
+    25006, the daemons choose again and move to the promoted standby, pool and journal
+    follower alike (the follower's connection to the old primary still works, yet it must not
+    go on following a server that no longer receives the writes)."""
+    primary, standby, database = replicated
+    flags = ["--storage", "postgres", "--postgres-url", failover_url(primary, standby, database)]
+    a, b = daemon_factory(*flags), daemon_factory(*flags)
+    observers = [LineClient(a.tcp_port, name="obs@A"), LineClient(b.tcp_port, name="obs@B")]
+    writers = [Writer(d.tcp_port, 1_000_000, f"w{i}@{tag}", tolerate_unavailable=True)
+               for tag, d in (("A", a), ("B", b)) for i in range(2)]
+    try:
+        for o in observers:
+            o.ping()
+        start = max(o.hello["seq"] for o in observers)
+        for w in writers:
+            w.start()
+        wait_until(lambda: acked_count(writers) >= 200, timeout=60, what="writes before the switchover")
+        refused_before = sum(w.unavailable for w in writers)
+        primary.psql("ALTER SYSTEM SET default_transaction_read_only = on")
+        primary.psql("SELECT pg_reload_conf()")
+        wait_until(lambda: sum(w.unavailable for w in writers) > refused_before, timeout=60,
+                   what="writes refused by the read-only primary")
+        each_before = [len(w.acked) for w in writers]
+        standby.promote()
+        wait_until(lambda: all(len(w.acked) > n for w, n in zip(writers, each_before)) and
+                   acked_count(writers) >= sum(each_before) + 200, timeout=60,
+                   what="every writer, through both daemons, acknowledged on the promoted standby")
+        for w in writers:
+            w.stop_at = time.monotonic()
+        for w in writers:
+            w.join(timeout=120)
+            assert not w.is_alive() and w.error is None, f"{w.name}: {w.error!r}"
+        for d in (a, b):
+            assert "switched to another PostgreSQL server" in d.log_text()
+        acked = [f for w in writers for f in w.acked]
+        rows = journal_rows(standby, database)
+        lost = [f["seq"] for f in acked if rows.get(f["seq"]) != f["payload"]]
+        assert not lost, f"acknowledged writes lost in the switchover: seqs {lost[:10]}"
+        last = max(rows)
+        assert sorted(rows) == list(range(1, last + 1)), "the journal is gapless"
+        streams = []
+        for o in observers:
+            frames = [f for f in read_through(o, last, timeout=30) if f["seq"] > start]
+            assert_gapless(frames, start + 1, last, o.name)
+            streams.append(frames)
+        assert streams[0] == streams[1], "both daemons' subscribers saw the same stream"
+    finally:
+        for w in writers:
+            w.stop_at = time.monotonic()
+        for o in observers:
+            o.close()
