@@ -95,6 +95,10 @@ final class JournalFollower: Sendable {
                     throw error
                 }
                 try? await connection.close()
+            } catch is ServerChanged {
+                // The pool moved to another server: follow the journal there, at once.
+                guard !Task.isCancelled else { return }
+                logger.notice("the database moved to another server; following the journal there")
             } catch {
                 guard !Task.isCancelled else { return }
                 serverFailed(error)
