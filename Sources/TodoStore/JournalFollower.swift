@@ -15,6 +15,11 @@ import PostgresNIO
 /// skipped: their broadcasts already go out through the local path, with the requester's `re`
 /// copy.
 ///
+/// Each (re)connect goes to the first usable server of the list (`connectToFittingServer`), so
+/// the follower moves with the database when a standby is promoted; it also reconnects when the
+/// store's pool has moved to another server while its own connection still works (an old
+/// primary left running read-only would otherwise be followed while the writes go elsewhere).
+///
 /// It starts no task of its own: `run()` follows in its caller's task until that is cancelled.
 final class JournalFollower: Sendable {
     /// Entries read per query while catching up.
@@ -27,6 +32,11 @@ final class JournalFollower: Sendable {
     private let logger: Logger
     private let publish: @Sendable ([JournalEntry]) -> Void
     private let resynchronized: @Sendable (UInt64) -> Void
+    /// Told when the connection fails (the server may be gone).
+    private let serverFailed: @Sendable (any Error) -> Void
+    /// The generation of the pool's client (`FailoverPool.clientGeneration`): when it changes,
+    /// the pool has moved to another server and the follower connects again.
+    private let poolClient: @Sendable () -> Int
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
@@ -39,7 +49,9 @@ final class JournalFollower: Sendable {
         eventLoop: any EventLoop,
         logger: Logger,
         publish: @escaping @Sendable ([JournalEntry]) -> Void,
-        resynchronized: @escaping @Sendable (UInt64) -> Void
+        resynchronized: @escaping @Sendable (UInt64) -> Void,
+        serverFailed: @escaping @Sendable (any Error) -> Void = { _ in },
+        poolClient: @escaping @Sendable () -> Int = { 0 }
     ) {
         self.connector = connector
         self.claims = claims
@@ -49,6 +61,8 @@ final class JournalFollower: Sendable {
         self.logger = logger
         self.publish = publish
         self.resynchronized = resynchronized
+        self.serverFailed = serverFailed
+        self.poolClient = poolClient
     }
 
     /// The newest seq handled (published, or left to the local path).
@@ -63,17 +77,17 @@ final class JournalFollower: Sendable {
             connectionID += 1
             let generation = connectionID
             cursor.withLockedValue { $0.generation = generation }
+            let poolClient = self.poolClient()
             do {
-                let connection = try await PostgresConnection.connect(
+                let (connection, _) = try await connector.connectToFittingServer(
                     on: eventLoop,
-                    configuration: connector.connectionConfiguration,
                     id: connectionID,
                     logger: logger
                 )
                 delay = .milliseconds(100)
                 do {
                     try await withTaskCancellationHandler {
-                        try await follow(on: connection, generation: generation)
+                        try await follow(on: connection, generation: generation, poolClient: poolClient)
                     } onCancel: {
                         connection.close()
                     }
@@ -82,8 +96,13 @@ final class JournalFollower: Sendable {
                     throw error
                 }
                 try? await connection.close()
+            } catch is ServerChanged {
+                // The pool moved to another server: follow the journal there, at once.
+                guard !Task.isCancelled else { return }
+                logger.notice("the database moved to another server; following the journal there")
             } catch {
                 guard !Task.isCancelled else { return }
+                serverFailed(error)
                 if health.recordFeed(up: false) {
                     logger.error(
                         "lost the journal feed from PostgreSQL; reconnecting",
@@ -99,7 +118,7 @@ final class JournalFollower: Sendable {
     /// LISTENs, catches up once the LISTEN is active (so nothing committed in between is
     /// missed), then again on every wake-up until the connection fails or the task is
     /// cancelled.
-    private func follow(on connection: PostgresConnection, generation: Int) async throws {
+    private func follow(on connection: PostgresConnection, generation: Int, poolClient: Int) async throws {
         try await connection.listen(on: journalChannel) { notifications in
             let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -115,7 +134,7 @@ final class JournalFollower: Sendable {
                     }
                 }
                 group.addTask {
-                    try await self.catchUpWithin(on: connection, generation: generation)
+                    try await self.catchUpWithin(on: connection, generation: generation, poolClient: poolClient)
                     if self.health.recordFeed(up: true) {
                         self.logger.notice(
                             "following the journal in PostgreSQL",
@@ -123,7 +142,7 @@ final class JournalFollower: Sendable {
                         )
                     }
                     for await _ in wakeups {
-                        try await self.catchUpWithin(on: connection, generation: generation)
+                        try await self.catchUpWithin(on: connection, generation: generation, poolClient: poolClient)
                         self.health.recordFeed(up: true)
                     }
                 }
@@ -135,8 +154,11 @@ final class JournalFollower: Sendable {
     }
 
     /// `catchUp`, bounded in time: a connection that died under a query does not always fail
-    /// the query, so one that overruns is closed and the follower reconnects.
-    private func catchUpWithin(on connection: PostgresConnection, generation: Int) async throws {
+    /// the query, so one that overruns is closed and the follower reconnects. Throws
+    /// `ServerChanged` instead when the pool has moved to another server since this connection
+    /// was made (`poolClient` was its client's generation then).
+    private func catchUpWithin(on connection: PostgresConnection, generation: Int, poolClient: Int) async throws {
+        guard self.poolClient() == poolClient else { throw ServerChanged() }
         try await PostgresClient.run(
             within: connector.settings.acquireTimeout,
             onTimeout: { connection.close() },

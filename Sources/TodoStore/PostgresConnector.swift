@@ -4,9 +4,10 @@ import NIOCore
 import NIOSSL
 import PostgresNIO
 
-/// Turns `PostgresSettings` into postgres-nio configurations (the pool's and the journal
-/// follower's own connection), with TLS as `sslmode` asks, and leases pooled connections with a
-/// bound on the wait.
+/// Turns `PostgresSettings` into postgres-nio configurations for one of its servers (the pool's,
+/// and those of single connections: the journal follower's, the one that migrates), with TLS as
+/// `sslmode` asks, and leases pooled connections with a bound on the wait. Which server is used
+/// is chosen by `connectToFittingServer` (PostgresConnector+Selection.swift).
 struct PostgresConnector: Sendable {
     let settings: PostgresSettings
     private let tlsConfiguration: TLSConfiguration?
@@ -51,7 +52,25 @@ struct PostgresConnector: Sendable {
         ]
     }
 
-    var clientConfiguration: PostgresClient.Configuration {
+    /// How many servers there are to choose from (one with a Unix socket).
+    var serverCount: Int { settings.socketPath == nil ? settings.servers.count : 1 }
+
+    /// The server at `index` of the list, for messages.
+    func serverName(_ index: Int) -> String {
+        guard settings.socketPath == nil, settings.servers.indices.contains(index) else {
+            return settings.socketPath ?? "?"
+        }
+        return settings.servers[index].description
+    }
+
+    private func server(_ index: Int) -> PostgresSettings.Server {
+        settings.servers.indices.contains(index)
+            ? settings.servers[index] : PostgresSettings.Server(host: settings.host, port: settings.port)
+    }
+
+    /// The pool's configuration for the server at `index` of the list.
+    func clientConfiguration(server index: Int) -> PostgresClient.Configuration {
+        let server = self.server(index)
         var configuration: PostgresClient.Configuration
         if let socketPath = settings.socketPath {
             configuration = .init(
@@ -68,8 +87,8 @@ struct PostgresConnector: Sendable {
             case (_, nil): tls = .disable
             }
             configuration = .init(
-                host: settings.host,
-                port: settings.port,
+                host: server.host,
+                port: server.port,
                 username: settings.user,
                 password: settings.password,
                 database: settings.database,
@@ -83,7 +102,9 @@ struct PostgresConnector: Sendable {
         return configuration
     }
 
-    var connectionConfiguration: PostgresConnection.Configuration {
+    /// A single connection's configuration for the server at `index` of the list.
+    func connectionConfiguration(server index: Int) -> PostgresConnection.Configuration {
+        let server = self.server(index)
         var configuration: PostgresConnection.Configuration
         if let socketPath = settings.socketPath {
             configuration = .init(
@@ -100,8 +121,8 @@ struct PostgresConnector: Sendable {
             case (_, nil): tls = .disable
             }
             configuration = .init(
-                host: settings.host,
-                port: settings.port,
+                host: server.host,
+                port: server.port,
                 username: settings.user,
                 password: settings.password,
                 database: settings.database,

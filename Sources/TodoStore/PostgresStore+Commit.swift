@@ -79,7 +79,7 @@ extension PostgresStore {
             let progress = TransactionGuard()
             let staged = NIOLockedValueBox<Staged?>(nil)
             do {
-                outcome = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                outcome = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                     await Self.attempt(
                         writes,
                         time: time,
@@ -128,7 +128,7 @@ extension PostgresStore {
         let retention = self.retention
         let logger = self.logger
         do {
-            try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+            try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                 let keep = Int64(clamping: retention.maxEntries)
                 try await connection.query(
                     "DELETE FROM journal WHERE seq <= (SELECT head FROM stream_state WHERE id = 1) - \(keep)",
@@ -158,7 +158,7 @@ extension PostgresStore {
         var delay = Duration.milliseconds(50)
         while ContinuousClock.now < deadline {
             do {
-                let first = try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+                let first = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                     // A commit still running on the server (its socket closed by us after a
                     // timeout) holds the stream_state row: wait for it to end, then look.
                     try await connection.query("BEGIN", logger: logger)

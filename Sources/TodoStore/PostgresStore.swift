@@ -19,7 +19,7 @@ import TodoApp
 /// (`JournalFollower`) hands other daemons' broadcasts to the hub.
 public actor PostgresStore: ServedStore {
 
-    let client: PostgresClient
+    let pool: FailoverPool
     let connector: PostgresConnector
     let retention: JournalRetention
     let logger: Logger
@@ -43,7 +43,7 @@ public actor PostgresStore: ServedStore {
     private var closed = false
 
     private init(
-        client: PostgresClient,
+        pool: FailoverPool,
         connector: PostgresConnector,
         opened: JournalPosition,
         retention: JournalRetention,
@@ -51,7 +51,7 @@ public actor PostgresStore: ServedStore {
         logger: Logger,
         now: @escaping @Sendable () -> Timestamp
     ) {
-        self.client = client
+        self.pool = pool
         self.connector = connector
         self.epoch = opened.epoch
         self.opened = opened
@@ -61,10 +61,11 @@ public actor PostgresStore: ServedStore {
         self.now = now
     }
 
-    /// Connects (retrying for up to `startupTimeout` while the database is unreachable),
+    /// Connects (retrying for up to `startupTimeout` while no server of the list is usable),
     /// migrates the schema under an advisory lock, and reads the epoch and the journal's
-    /// position, all on one connection of its own that is closed again. The pool starts nothing
-    /// here: it runs inside `runConnections()`, for as long as its caller's task lets it.
+    /// position, all on one connection of its own that is closed again. The pool starts on the
+    /// server that connection chose, and runs nothing here: it runs inside `runConnections()`,
+    /// for as long as its caller's task lets it.
     ///
     /// Throws `StoreError` with a one-line message that names the database but never the
     /// password.
@@ -79,7 +80,7 @@ public actor PostgresStore: ServedStore {
         let connector = try PostgresConnector(settings: settings)
         let deadline = ContinuousClock.now.advanced(by: startupTimeout)
         var delay = Duration.milliseconds(100)
-        var opened: JournalPosition?
+        var opened: (position: JournalPosition, server: Int)?
         var lastError = ""
         while opened == nil {
             do {
@@ -100,16 +101,23 @@ public actor PostgresStore: ServedStore {
         guard let opened else {
             throw StoreError(message: "cannot reach PostgreSQL at \(settings): \(lastError)")
         }
-        logger.info("PostgreSQL store open", metadata: ["database": "\(settings)", "epoch": "\(opened.epoch)"])
-        let client = PostgresClient(
-            configuration: connector.clientConfiguration,
+        logger.info(
+            "PostgreSQL store open",
+            metadata: [
+                "database": "\(settings)", "database.server": "\(connector.serverName(opened.server))",
+                "epoch": "\(opened.position.epoch)",
+            ]
+        )
+        let pool = FailoverPool(
+            connector: connector,
+            server: opened.server,
             eventLoopGroup: eventLoopGroup,
-            backgroundLogger: logger
+            logger: logger
         )
         return PostgresStore(
-            client: client,
+            pool: pool,
             connector: connector,
-            opened: opened,
+            opened: opened.position,
             retention: retention,
             eventLoopGroup: eventLoopGroup,
             logger: logger,
@@ -117,19 +125,15 @@ public actor PostgresStore: ServedStore {
         )
     }
 
-    /// One attempt of `open`: connects, migrates and reads the position, bounded by the
-    /// acquire timeout like a pooled lease (a connection that overruns is closed).
+    /// One attempt of `open`: connects to the first usable server of the list, migrates and
+    /// reads the position, bounded by the acquire timeout like a pooled lease (a connection that
+    /// overruns is closed). Returns the position and the server's index.
     private static func prepare(
         connector: PostgresConnector,
         eventLoop: any EventLoop,
         logger: Logger
-    ) async throws -> JournalPosition {
-        let connection = try await PostgresConnection.connect(
-            on: eventLoop,
-            configuration: connector.connectionConfiguration,
-            id: 0,
-            logger: logger
-        )
+    ) async throws -> (position: JournalPosition, server: Int) {
+        let (connection, server) = try await connector.connectToFittingServer(on: eventLoop, id: 0, logger: logger)
         do {
             let position = try await PostgresClient.run(
                 within: connector.settings.acquireTimeout,
@@ -150,7 +154,7 @@ public actor PostgresStore: ServedStore {
                 }
             )
             try? await connection.close()
-            return position
+            return (position, server)
         } catch {
             try? await connection.close()
             throw error
@@ -176,6 +180,8 @@ public actor PostgresStore: ServedStore {
             return "\(error.code)"
         }
         if error is DatabaseUnavailable { return "no connection within the timeout" }
+        if let error = error as? NoFittingServer { return error.description }
+        if let error = error as? ServerChanged { return error.description }
         if let error = error as? StoreError { return error.message }
         return "\(type(of: error))"
     }
@@ -188,7 +194,7 @@ public actor PostgresStore: ServedStore {
         let logger = self.logger
         let timeout = connector.settings.acquireTimeout
         do {
-            let todos = try await client.withLease(timeout: timeout) { connection in
+            let todos = try await pool.withLease(timeout: timeout) { connection in
                 let query: PostgresQuery
                 if let id {
                     query = """
@@ -234,9 +240,15 @@ public actor PostgresStore: ServedStore {
     }
 
     func recordHealth(up: Bool, _ error: (any Error)? = nil) {
+        // A failure the lease did not see (a transaction's own) may still mean that the server
+        // is gone or read-only: the pool then chooses a server again.
+        if let error { pool.report(error) }
         guard health.recordPool(up: up) else { return }
         if up {
-            logger.notice("PostgreSQL answers again", metadata: ["database": "\(connector.settings)"])
+            logger.notice(
+                "PostgreSQL answers again",
+                metadata: ["database": "\(connector.settings)", "database.server": "\(pool.serverInUse)"]
+            )
         } else {
             logger.error(
                 "PostgreSQL is unavailable",
@@ -301,7 +313,7 @@ public actor PostgresStore: ServedStore {
     public func position() async throws -> JournalPosition {
         let logger = self.logger
         let epoch = self.epoch
-        return try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+        return try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
             var position = JournalPosition(epoch: epoch, head: 0, oldest: 1)
             for try await (head, oldest) in try await connection.query(
                 "SELECT head, (SELECT MIN(seq) FROM journal) FROM stream_state WHERE id = 1",
@@ -318,7 +330,7 @@ public actor PostgresStore: ServedStore {
     public func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
         guard through > after else { return [] }
         let logger = self.logger
-        return try await client.withLease(timeout: connector.settings.acquireTimeout) { connection in
+        return try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
             try await Self.entries(on: connection, after: after, through: through, logger: logger)
         }
     }
@@ -351,10 +363,12 @@ public actor PostgresStore: ServedStore {
     public func runConnections() async {
         guard !poolStarted else { return }
         poolStarted = true
-        await client.run()
+        await pool.run()
     }
 
-    /// Runs a `JournalFollower` on a connection of its own until the task is cancelled.
+    /// Runs a `JournalFollower` on a connection of its own until the task is cancelled. When its
+    /// connection fails, the pool chooses a server again too (the follower's connection is
+    /// often the first to notice a lost server).
     public func follow(
         after: UInt64,
         publish: @escaping @Sendable ([JournalEntry]) -> Void,
@@ -370,7 +384,9 @@ public actor PostgresStore: ServedStore {
             eventLoop: eventLoopGroup.any(),
             logger: logger,
             publish: publish,
-            resynchronized: resynchronized
+            resynchronized: resynchronized,
+            serverFailed: { [pool] error in pool.report(error) },
+            poolClient: { [pool] in pool.clientGeneration }
         )
         await follower.run()
     }

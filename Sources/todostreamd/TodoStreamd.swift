@@ -78,7 +78,7 @@ struct SettingsOptions: ParsableArguments {
     @Option(
         name: .customLong("postgres-url"),
         help:
-            "With --storage postgres: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=MODE (prefer TODOSTREAM_POSTGRES_URL for a password)."
+            "With --storage postgres: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=MODE, or several servers as HOST1:PORT1,HOST2:PORT2 with &target_session_attrs=read-write (prefer TODOSTREAM_POSTGRES_URL for a password)."
     )
     var postgresURL: String?
 
