@@ -118,15 +118,32 @@ enum ConfigFile {
         return flat
     }
 
-    /// A node as plain values: scalars as YAML resolves them (Int, Bool, String, …), sequences
-    /// as arrays, mappings with scalar keys as `[String: Any]`.
+    /// A scalar as the config's kinds need it, resolved here rather than by Yams (whose YAML 1.1
+    /// resolution traps on a base-60 integer that overflows, such as `1:2:3…`, found by the
+    /// fuzz target): a plain `true`/`yes`/`on` or `false`/`no`/`off` (any case) is a Bool, a
+    /// plain decimal that fits 64 bits is an Int, everything else (quoted scalars included) is
+    /// its text.
+    static func value(of scalar: Node.Scalar) -> Any {
+        let text = scalar.string
+        guard scalar.style == .plain || scalar.style == .any else { return text }
+        switch text.lowercased() {
+        case "true", "yes", "on": return true
+        case "false", "no", "off": return false
+        default: break
+        }
+        if let number = Int(text.hasPrefix("+") ? String(text.dropFirst()) : text) { return number }
+        return text
+    }
+
+    /// A node as plain values: scalars by `value(of:)`, sequences as arrays, mappings with
+    /// scalar keys as `[String: Any]`.
     private static func plain(_ node: Node, depth: Int, budget: inout Int, path: String) throws -> Any {
         budget -= 1
         guard budget >= 0 else { throw ConfigError(message: "\(path) holds more than \(maxNodes) values") }
         guard depth <= maxDepth else { throw ConfigError(message: "\(path) nests deeper than \(maxDepth) levels") }
         switch node {
-        case .scalar:
-            return node.any
+        case .scalar(let scalar):
+            return value(of: scalar)
         case .alias:
             throw ConfigError(message: "\(path): aliases are not supported")
         case .sequence(let sequence):

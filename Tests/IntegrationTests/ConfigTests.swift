@@ -92,7 +92,13 @@ import Glibc
         #expect(message(deep)?.contains("nests deeper than") == true)
         let huge = "# " + String(repeating: "x", count: ConfigFile.maxBytes) + "\n"
         #expect(message(huge)?.contains("larger than") == true)
+        // Also found by the fuzz target: a base-60 integer that overflows trapped in Yams.
+        #expect(message("limits:\n  max_frame_bytes: 37337337337337:4:37:4:4\n")?.contains("whole number") == true)
+        #expect(message("limits:\n  max_frame_bytes: 99999999999999999999\n")?.contains("whole number") == true)
         #expect(message("limits:\n  max_frame_bytes: 1000\n") == nil, "a plain file still reads")
+        #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
+        #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
+        #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")
     }
 
     @Test func postgresNeedsAValidURLAndNamesTheKey() throws {
