@@ -203,3 +203,73 @@ def test_the_client_module_is_served_as_javascript(daemon):
     assert "export class TodoStream" in body
     with urllib.request.urlopen(f"{daemon.http_url}/app.js", timeout=WAIT) as response:
         assert 'from "./todostream.js"' in response.read().decode()
+
+
+# The module on its own, as another frontend would use it: imported into a page of the daemon.
+
+MODULE_JS = """
+const done = arguments[arguments.length - 1];
+const todoId = arguments[0];
+(async () => {
+  const { TodoStream, OutboxFullError } = await import("/todostream.js");
+  const synced = (client) => new Promise((resolve) => client.addEventListener("synced", resolve, { once: true }));
+  const open = async (options = {}) => {
+    const client = new TodoStream({ onReset: async (c) => { await c.request({ type: "RequestTodoViewModels" }); }, ...options });
+    const ready = synced(client);
+    client.start();
+    await ready;
+    return client;
+  };
+  const toggle = { type: "RequestToggleCompleteTodoViewModel", payload: { todo: { id: todoId } } };
+
+  // A write whose connection is closed right after it was sent: it is sent again with the same
+  // mid after the resume (or confirmed by the replayed broadcast), and applied once.
+  const first = await open();
+  const write = first.write(toggle);
+  first.socket.close();
+  const outcome = await write.done;
+
+  // Another client retrying that mid gets the original outcome, marked duplicate.
+  const second = await open();
+  const again = await second.write(toggle, { mid: write.mid }).done;
+
+  // A bounded outbox: the caller is told when it is full, and nothing is queued.
+  const offline = new TodoStream({ outboxLimit: 2, onReset: async () => {} });
+  const queued = [offline.write(toggle), offline.write(toggle)];
+  let full = null;
+  try { offline.write(toggle); } catch (error) { full = { isOutboxFull: error instanceof OutboxFullError, code: error.code, size: offline.outboxSize }; }
+  const ready = synced(offline);
+  offline.start();
+  await ready;
+  const flushed = await Promise.all(queued.map((w) => w.done));
+  for (const client of [first, second, offline]) client.stop();
+  return { mid: write.mid, outcome, again, full, flushed, prefixes: [first.midPrefix, second.midPrefix] };
+})().then(done, (error) => done({ failed: String(error && error.stack || error) }));
+"""
+
+
+def test_the_module_applies_each_write_once_and_bounds_its_outbox(browsers, daemon, tcp):
+    driver = browsers[0]
+    driver.get(f"{daemon.http_url}/")
+    driver.set_script_timeout(RESTART_WAIT)
+    todo_id = tcp.create("Toggled by the module")["todo"]["id"]
+    result = driver.execute_async_script(MODULE_JS, todo_id)
+    driver.get("about:blank")
+    assert "failed" not in result, result["failed"]
+
+    outcome, again = result["outcome"], result["again"]
+    assert "error" not in outcome, outcome
+    assert outcome["payload"]["complete"] is True and outcome["payload"]["todo"]["version"] == 2, outcome
+    assert outcome["mid"] == result["mid"] and result["mid"].startswith(result["prefixes"][0] + ":"), result
+    applied_seq = outcome.get("seq", outcome.get("applied_seq"))
+    assert again["duplicate"] is True and again["applied_seq"] == applied_seq, again
+    assert again["payload"] == outcome["payload"], (again, outcome)
+    assert len(set(result["prefixes"])) == 2 and all(len(prefix) == 16 for prefix in result["prefixes"])
+
+    assert result["full"] == {"isOutboxFull": True, "code": "outbox_full", "size": 2}, result["full"]
+    assert [frame["payload"]["todo"]["version"] for frame in result["flushed"]] == [3, 4], result["flushed"]
+
+    # One toggle by the first client (not two), then the two queued ones: version 4, complete
+    # (a doubled first toggle would make it version 5, not complete).
+    [stored] = tcp.todos()
+    assert stored["todo"]["version"] == 4 and stored["complete"] is True, stored

@@ -219,7 +219,9 @@ function flash(li, name) {
 }
 
 function renderFooter() {
-  const open = [...store.todos.values()].filter((entry) => !displayed(entry).complete).length;
+  const open = [...store.todos.values()].filter(
+    (entry) => !displayed(entry).complete && pendingKind(entry) !== "delete",
+  ).length;
   const strong = document.createElement("strong");
   strong.textContent = String(open);
   ui.count.replaceChildren(strong, ` ${open === 1 ? "item" : "items"} left`);
