@@ -1,7 +1,8 @@
 """The page's client module (Sources/TodoWeb/web/todostream.js) in headless Chromium: writes
 made while the daemon is away wait in the outbox, are shown at once as pending, and are applied
-exactly once when it is back; a write the daemon refuses with `conflict` is rolled back on the
-page with the daemon's message.
+exactly once when it is back; a write the daemon refuses (`conflict`, `validation_failed`) is
+rolled back on the page with the daemon's message; and the module on its own (a write whose
+connection breaks is applied once, a retry of its `mid` is a duplicate, the outbox is bounded).
 
 The daemon is taken away for real (SIGTERM, `draining`) and started again on the data dir and
 ports it had (`DaemonProcess.start_again`), so the pages reconnect to it by themselves. The final
@@ -190,6 +191,39 @@ def test_a_conflicting_offline_save_is_rolled_back_with_the_daemons_message(page
         assert stale["error"]["code"] == "conflict", stale
     [notice] = conflicts[loser.name]
     assert notice["kind"] == "error" and notice["text"] == f"Not saved: {stale['error']['message']}", notice
+
+
+
+def test_an_offline_save_the_daemon_refuses_is_rolled_back_with_its_message(pages, tcp, daemon):
+    a, b = pages
+    todo_id = tcp.create("Keep my title")["todo"]["id"]
+    a.wait_titles(["Keep my title"])
+    dialog = a.open_editor("Keep my title")
+    daemon.stop()
+    wait_offline(a)
+    # An empty title and a ticked box: shown at once (the box), pending, sent when back.
+    dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-title"]').clear()
+    dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-completed"]').click()
+    dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-save"]').click()
+    a.until(lambda p: not p.editor_open(), "the editor to close (the save waits in the outbox)")
+    a.wait_item("Keep my title", completed=True)
+    a.until(lambda p: [row["kind"] for row in pending(p)] == ["save"], "a pending save")
+    wait_waiting(a, 1)
+
+    daemon.start_again()
+    a.until(
+        lambda p: any(n["code"] == "validation_failed" for n in p.driver.execute_script(NOTICES_JS)),
+        "the refusal to be shown",
+        RESTART_WAIT,
+    )
+    [notice] = [n for n in a.driver.execute_script(NOTICES_JS) if n["code"] == "validation_failed"]
+    assert notice["text"] == "Not saved: Please add a title." and notice["kind"] == "error", notice
+    wait_settled(a)
+    a.wait_item("Keep my title", completed=False)
+    b.wait_item("Keep my title", completed=False)
+    with TCPClient(daemon.tcp_port) as check:
+        [stored] = check.todos()
+        assert stored["todo"]["id"] == todo_id and stored["todo"]["version"] == 1 and not stored["complete"], stored
 
 
 def test_the_client_module_is_served_as_javascript(daemon):
