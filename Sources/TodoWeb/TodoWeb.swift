@@ -8,6 +8,7 @@ public enum TodoWeb {
     public static let files: [String: (contentType: String, bytes: [UInt8])] = [
         "/index.html": ("text/html; charset=utf-8", PackageResources.index_html),
         "/app.js": ("text/javascript; charset=utf-8", PackageResources.app_js),
+        "/todostream.js": ("text/javascript; charset=utf-8", PackageResources.todostream_js),
         "/style.css": ("text/css; charset=utf-8", PackageResources.style_css),
         "/favicon.svg": ("image/svg+xml", PackageResources.favicon_svg),
     ]

@@ -13,7 +13,8 @@
 The daemon binary is $TODOSTREAMD, else <repo>/.build/debug/todostreamd; a missing binary FAILS
 the test (never skips). Ports are never fixed: listeners bind port 0 and the fixture reads the
 ports from the daemon's --port-file. `restart()` starts a new process on the same data dir and
-the same ports, so clients (and web pages) can reconnect to where they were. When a test fails,
+the same ports, so clients (and web pages) can reconnect to where they were; `stop()` then
+`start_again()` does the same with a pause in between. When a test fails,
 the daemon's log is attached to the report.
 """
 
@@ -226,6 +227,11 @@ class DaemonProcess:
         if not same_ports:
             self._pinned = {}
             return self.start()
+        return self.start_again(retry_for)
+
+    def start_again(self, retry_for: float = 15.0) -> "DaemonProcess":
+        """Starts a stopped daemon again on the same data dir and the ports it had, retrying for
+        a while if they are not free yet (for tests that do something while it is away)."""
         self._pinned = dict(self.ports)
         deadline = time.monotonic() + retry_for
         try:

@@ -1,19 +1,14 @@
 // todostream web frontend: a pure view client of the daemon's event stream.
 //
-// It publishes only the six view-layer requests (docs/PROTOCOL.md §6) over the WebSocket at
-// /events and renders the view models it receives; every todo string it shows (title,
-// subtitle, action titles, detail strings) comes from a view model. It keeps the epoch and the
-// highest seq it has seen, resumes from them after a reconnect, and refetches the list when
-// the daemon answers `gap`.
+// It publishes only the six view-layer requests (docs/PROTOCOL.md §6) and renders the view
+// models it receives. The connection — reconnects, resume, `gap`, request correlation and the
+// outbox of writes made while offline — is todostream.js; this file is the view. Writes are
+// shown at once, marked as pending, until the daemon confirms them (a broadcast with their
+// `mid`) or refuses them (the edit is rolled back and the daemon's message shown).
+
+import { OutboxFullError, TodoStream } from "./todostream.js";
 
 const RESPONSE_TODO = "ResponseTodoViewModel";
-
-const BACKOFF_BASE_MS = 500;
-const BACKOFF_CAP_MS = 15000;
-const HELLO_TIMEOUT_MS = 10000;
-const REQUEST_TIMEOUT_MS = 15000;
-const PING_EVERY_MS = 20000;
-const PONG_TIMEOUT_MS = 10000;
 const NOTICE_MS = 7000;
 
 const $ = (selector, root = document) => root.querySelector(selector);
@@ -62,7 +57,11 @@ const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
 // todo.createdAt, ties by creation order).
 
 const store = {
-  /** id -> { vm, rank, li } */
+  /**
+   * id -> { vm, rank, li, overlays, local }: `vm` is what the daemon last said; `overlays` are
+   * this page's writes not confirmed yet ({ mid, kind, patch, settled, appliedVersion }), shown
+   * on top of it; `local` marks a todo created here and not yet confirmed.
+   */
   todos: new Map(),
   /** id -> version of the broadcast that deleted it, so an older copy cannot bring it back. */
   tombstones: new Map(),
@@ -104,10 +103,12 @@ function applyTodo(vm, { animate = true } = {}) {
   store.tombstones.delete(id);
   if (existing) {
     existing.vm = vm;
-    renderItem(existing.li, vm);
+    existing.local = false;
+    dropSettled(existing);
+    render(existing);
     if (animate) flash(existing.li, "updated");
   } else {
-    const entry = { vm, rank: ++store.rank, li: createItem(vm) };
+    const entry = { vm, rank: ++store.rank, li: createItem(vm), overlays: [], local: false };
     store.todos.set(id, entry);
     placeItems();
     if (animate) {
@@ -137,17 +138,26 @@ function applySnapshot(list) {
       existing.rank = rank;
       if (versionOf(existing.vm) < versionOf(vm)) {
         existing.vm = vm;
-        renderItem(existing.li, vm);
+        existing.local = false;
+        dropSettled(existing);
+        render(existing);
         if (animate) flash(existing.li, "updated");
       }
     } else if (!vm.deleted) {
-      const entry = { vm, rank, li: createItem(vm) };
+      const entry = { vm, rank, li: createItem(vm), overlays: [], local: false };
       store.todos.set(id, entry);
       if (animate) flash(entry.li, "inserted");
     }
   }
   for (const id of [...store.todos.keys()]) {
+    const entry = store.todos.get(id);
+    if (entry.local) continue; // created here, not sent yet
     if (!present.has(id) && !store.touched.has(id)) removeEntry(id, { animate, announce: false });
+    else if (entry.overlays.some((overlay) => overlay.settled)) {
+      // Writes the daemon answered whose broadcast this list now holds (or never will send).
+      entry.overlays = entry.overlays.filter((overlay) => !overlay.settled);
+      render(entry);
+    }
   }
   store.loaded = true;
   placeItems();
@@ -209,7 +219,9 @@ function flash(li, name) {
 }
 
 function renderFooter() {
-  const open = [...store.todos.values()].filter((entry) => !entry.vm.complete).length;
+  const open = [...store.todos.values()].filter(
+    (entry) => !displayed(entry).complete && pendingKind(entry) !== "delete",
+  ).length;
   const strong = document.createElement("strong");
   strong.textContent = String(open);
   ui.count.replaceChildren(strong, ` ${open === 1 ? "item" : "items"} left`);
@@ -236,8 +248,8 @@ function createItem(vm) {
   toggle.dataset.testid = "toggle";
   toggle.addEventListener("change", () => {
     const entry = entryFor(li);
-    // The page shows what the daemon says: put the box back until the broadcast arrives.
-    toggle.checked = !!entry?.vm.complete;
+    // The box shows the pending toggle once it is queued (render), not the click itself.
+    toggle.checked = entry ? !!displayed(entry).complete : toggle.checked;
     if (entry) toggleTodo(entry);
   });
 
@@ -254,7 +266,11 @@ function createItem(vm) {
   const subtitle = document.createElement("span");
   subtitle.className = "subtitle";
   subtitle.dataset.testid = "todo-subtitle";
-  text.append(label, subtitle);
+  const marker = document.createElement("span");
+  marker.className = "pending-marker";
+  marker.dataset.testid = "todo-pending";
+  marker.hidden = true;
+  text.append(label, subtitle, marker);
 
   const edit = document.createElement("button");
   edit.type = "button";
@@ -277,7 +293,7 @@ function createItem(vm) {
 
   view.append(toggle, text, edit, destroy);
   li.append(view);
-  renderItem(li, vm);
+  renderItem(li, vm, null);
   return li;
 }
 
@@ -286,12 +302,47 @@ function entryFor(li) {
   return entry && entry.li === li ? entry : undefined;
 }
 
-function renderItem(li, vm) {
+/** The row as this page shows it: the daemon's view model with the pending writes on top. */
+function displayed(entry) {
+  return entry.overlays.reduce((vm, overlay) => overlay.patch(vm), entry.vm);
+}
+
+/** The kind of the newest pending write on a row ("toggle", "delete", "save", "create"), or null. */
+function pendingKind(entry) {
+  const open = entry.overlays.filter((overlay) => !overlay.settled);
+  if (open.some((overlay) => overlay.kind === "delete")) return "delete";
+  return open.length ? open[open.length - 1].kind : entry.overlays.length ? "save" : null;
+}
+
+function render(entry) {
+  renderItem(entry.li, displayed(entry), pendingKind(entry));
+}
+
+/** Forgets writes that were answered and whose version the row's view model has reached. */
+function dropSettled(entry) {
+  const version = versionOf(entry.vm);
+  entry.overlays = entry.overlays.filter((overlay) => !(overlay.settled && overlay.appliedVersion <= version));
+}
+
+const PENDING_TEXT = {
+  toggle: "not saved yet",
+  save: "not saved yet",
+  create: "not saved yet",
+  delete: "delete not sent yet",
+};
+
+function renderItem(li, vm, pending) {
   li.classList.toggle("completed", !!vm.complete);
   li.classList.toggle("high", vm.todo.priority === "high");
+  li.classList.toggle("pending", !!pending);
+  li.classList.toggle("pending-delete", pending === "delete");
   li.dataset.version = String(versionOf(vm));
   li.dataset.complete = String(!!vm.complete);
-  delete li.dataset.pending;
+  if (pending) li.dataset.pending = pending;
+  else delete li.dataset.pending;
+  const marker = li.querySelector(".pending-marker");
+  marker.hidden = !pending;
+  marker.textContent = pending ? (client.live ? "Saving…" : `Pending · ${PENDING_TEXT[pending]}`) : "";
   li.removeAttribute("aria-busy");
   const toggle = li.querySelector(".toggle");
   toggle.checked = !!vm.complete;
@@ -307,57 +358,121 @@ function renderItem(li, vm) {
   destroy.title = "Delete";
 }
 
-function setPending(entry, what) {
-  entry.li.dataset.pending = what;
-  entry.li.setAttribute("aria-busy", "true");
-}
-
-function clearPending(entry) {
-  if (!entry) return;
-  delete entry.li.dataset.pending;
-  entry.li.removeAttribute("aria-busy");
-}
-
 // ---------------------------------------------------------------------------------------------
-// Actions: each one is a view-layer request.
+// Actions: each one is a view-layer request. Writes go through the client's outbox: shown at
+// once as pending, sent now or after the next resume, confirmed by their broadcast.
+
+/** The version a write on this row must name: the stored one plus this page's pending writes. */
+function expectedVersion(entry, base = entry.vm) {
+  return Math.max(0, versionOf(base)) + entry.overlays.filter((overlay) => !overlay.settled).length;
+}
+
+/**
+ * Queues `frame` in the outbox and shows it on the row of `id` (when listed) through `patch`.
+ * Returns the client's { mid, done }, or null when the outbox is full (the user is told).
+ */
+function queueWrite(id, kind, frame, patch, { editorSerial = null } = {}) {
+  let write;
+  try {
+    write = client.write(frame);
+  } catch (error) {
+    if (!(error instanceof OutboxFullError)) throw error;
+    notify(error.message, { kind: "error", code: error.code });
+    return null;
+  }
+  const overlay = { mid: write.mid, kind, patch, settled: false, appliedVersion: Infinity, editorSerial };
+  const entry = store.todos.get(id);
+  if (entry) {
+    entry.overlays.push(overlay);
+    render(entry);
+    renderFooter();
+  }
+  write.done.then((answer) => settleWrite(id, overlay, answer));
+  return write;
+}
+
+function removeOverlay(entry, overlay) {
+  const index = entry.overlays.indexOf(overlay);
+  if (index >= 0) entry.overlays.splice(index, 1);
+}
+
+/** The outcome of a queued write: confirm it, or roll it back with the daemon's message. */
+function settleWrite(id, overlay, answer) {
+  const entry = store.todos.get(id);
+  if (answer.error) {
+    if (entry) {
+      removeOverlay(entry, overlay);
+      if (entry.local && overlay.kind === "create") {
+        removeEntry(id, { animate: true, announce: false });
+      } else {
+        render(entry);
+        flash(entry.li, "rolled-back");
+      }
+      renderFooter();
+    }
+    // An editor still waiting for this save shows the error itself.
+    const shownByEditor = editor && editor.saving && editor.serial === overlay.editorSerial;
+    if (!shownByEditor && overlay.kind !== "create") {
+      notify(`Not saved: ${answer.error.message}`, { kind: "error", code: answer.error.code });
+    }
+    return;
+  }
+  if (answer.type === RESPONSE_TODO && answer.payload) {
+    // A toggle or delete (its broadcast, or a duplicate's reply with the original outcome).
+    if (entry) removeOverlay(entry, overlay);
+    applyTodo(answer.payload, { animate: store.loaded });
+  } else if (entry) {
+    // A save's reply: its broadcast follows (with the mid); keep the edit shown until then.
+    overlay.settled = true;
+    overlay.appliedVersion = answer.duplicate ? -Infinity : versionOf(answer.payload);
+    dropSettled(entry);
+  }
+  const current = store.todos.get(id);
+  if (current) render(current);
+  renderFooter();
+}
+
+/** A ResponseTodoViewModel broadcast; one carrying a mid of this page confirms that write. */
+function applyBroadcastTodo(frame) {
+  const id = frame.payload.todo?.id?.toLowerCase();
+  const entry = id && store.todos.get(id);
+  if (entry && frame.mid) {
+    const overlay = entry.overlays.find((candidate) => candidate.mid === frame.mid);
+    if (overlay) removeOverlay(entry, overlay);
+  }
+  applyTodo(frame.payload, { animate: store.loaded });
+  const current = id && store.todos.get(id);
+  if (current) render(current);
+}
 
 function toggleTodo(entry) {
-  if (!requireLive()) return;
-  setPending(entry, "toggle");
-  request({ type: "RequestToggleCompleteTodoViewModel", payload: entry.vm }, RESPONSE_TODO, (frame) => {
-    clearPending(store.todos.get(entry.vm.todo.id.toLowerCase()));
-    if (frame.error) notify(frame.error.message, { kind: "error" });
-  });
+  const id = entry.vm.todo.id.toLowerCase();
+  const payload = { todo: { id, version: expectedVersion(entry) } };
+  queueWrite(id, "toggle", { type: "RequestToggleCompleteTodoViewModel", payload }, (vm) => ({
+    ...vm,
+    complete: !vm.complete,
+  }));
 }
 
 function deleteTodo(entry) {
-  if (!requireLive()) return;
-  setPending(entry, "delete");
-  const title = entry.vm.title;
-  const id = entry.vm.todo.id;
-  request({ type: "RequestDeleteTodoViewModel", payload: entry.vm }, RESPONSE_TODO, (frame) => {
-    clearPending(store.todos.get(id.toLowerCase()));
-    if (frame.error) {
-      notify(frame.error.message, { kind: "error" });
-      return;
-    }
-    notify(`Deleted “${title}”.`, { action: "Undo", onAction: () => restoreTodo(frame.payload ?? { todo: { id } }) });
+  const id = entry.vm.todo.id.toLowerCase();
+  const title = displayed(entry).title;
+  const payload = { todo: { id, version: expectedVersion(entry) } };
+  const write = queueWrite(id, "delete", { type: "RequestDeleteTodoViewModel", payload }, (vm) => vm);
+  write?.done.then((answer) => {
+    if (answer.error) return;
+    notify(`Deleted “${title}”.`, { action: "Undo", onAction: () => restoreTodo(answer.payload ?? { todo: { id } }) });
   });
 }
 
 /** Undo of a delete: the stored todo's detail, saved again with `deleted: false`. */
-function restoreTodo(vm) {
+async function restoreTodo(vm) {
   if (!requireLive()) return;
-  request({ type: "RequestTodoDetailViewModel", payload: vm }, "ResponseTodoDetailViewModel", (reply) => {
-    if (reply.error) return notify(reply.error.message, { kind: "error" });
-    const payload = { ...reply.payload, deleted: false };
-    request({ type: "RequestUpdateDetailViewModel", payload }, "ResponseUpdateDetailViewModel", (saved) => {
-      if (saved.error) notify(saved.error.message, { kind: "error" });
-    });
-  });
+  const reply = await client.request({ type: "RequestTodoDetailViewModel", payload: { todo: { id: vm.todo.id } } });
+  if (reply.error) return notify(reply.error.message, { kind: "error" });
+  const payload = { ...reply.payload, deleted: false };
+  queueWrite(reply.payload.todo.id.toLowerCase(), "save", { type: "RequestUpdateDetailViewModel", payload }, (v) => v);
 }
-
-let creating = false;
 
 ui.newForm.addEventListener("submit", (event) => {
   event.preventDefault();
@@ -366,36 +481,59 @@ ui.newForm.addEventListener("submit", (event) => {
 
 ui.newTodo.addEventListener("input", () => showFieldError(ui.newError, null, ui.newTodo));
 
+/** A UUID for a todo created here (the daemon creates it on the first save of an unknown id). */
+function newTodoId() {
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = [...bytes].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/**
+ * A new todo: a save of a fresh id with version 0 (PROTOCOL.md §6), so that it can wait in the
+ * outbox like any write. A non-blank title is listed at once as pending.
+ */
 function createTodo() {
-  if (creating) return;
   const title = ui.newTodo.value;
-  if (!connection.live) {
-    showFieldError(ui.newError, "Not connected to the server yet; your todo is still here. Try again in a moment.", ui.newTodo);
+  const id = newTodoId();
+  const shown = title.trim();
+  if (shown) {
+    const todo = {
+      id,
+      createdAt: new Date().toISOString(),
+      title: shown,
+      subtitle: "",
+      priority: "normal",
+      completedAt: null,
+      deleted: false,
+      version: 0,
+    };
+    const vm = { todo, title: shown, subtitle: "", complete: false, deleted: false, completeActionTitle: "Complete" };
+    const entry = { vm, rank: ++store.rank, li: createItem(vm), overlays: [], local: true };
+    store.todos.set(id, entry);
+    placeItems();
+    flash(entry.li, "inserted");
+  }
+  const write = queueWrite(id, "create", { type: "RequestUpdateDetailViewModel", payload: { todo: { id, version: 0 }, title } }, (vm) => vm);
+  if (!write) {
+    if (shown) removeEntry(id, { animate: false, announce: false });
     return;
   }
-  creating = true;
-  ui.newTodo.setAttribute("aria-busy", "true");
-  ui.newForm.dataset.pending = "true";
-  const done = (message) => {
-    creating = false;
-    ui.newTodo.removeAttribute("aria-busy");
-    delete ui.newForm.dataset.pending;
-    showFieldError(ui.newError, message, ui.newTodo);
-  };
-  request({ type: "RequestNewTodoDetailViewModel" }, "ResponseTodoDetailViewModel", (fresh) => {
-    if (fresh.error) return done(fresh.error.message);
-    const payload = { ...fresh.payload, title };
-    request({ type: "RequestUpdateDetailViewModel", payload }, "ResponseUpdateDetailViewModel", (saved) => {
-      if (saved.error) return done(saved.error.message);
-      if (ui.newTodo.value === title) ui.newTodo.value = "";
-      done(null);
-    });
+  if (shown) ui.newTodo.value = "";
+  showFieldError(ui.newError, null, ui.newTodo);
+  write.done.then((answer) => {
+    if (!answer.error) return;
+    // Rolled back: the title goes back into the field (unless something new was typed).
+    if (!ui.newTodo.value) ui.newTodo.value = title;
+    showFieldError(ui.newError, answer.error.message, ui.newTodo);
   });
 }
 
 function requireLive() {
-  if (connection.live) return true;
-  notify("Not connected to the server; nothing was changed. The page reconnects by itself.", { kind: "error" });
+  if (client.live) return true;
+  notify("Not connected to the server; this needs the server. The page reconnects by itself.", { kind: "error" });
   return false;
 }
 
@@ -422,14 +560,15 @@ const detailFields = {
   priority: ui.detailForm.querySelector('input[name="priority"]'),
 };
 
-function openEditor(entry, returnFocus) {
+async function openEditor(entry, returnFocus) {
   if (!requireLive()) return;
-  setPending(entry, "detail");
-  request({ type: "RequestTodoDetailViewModel", payload: entry.vm }, "ResponseTodoDetailViewModel", (frame) => {
-    clearPending(store.todos.get(entry.vm.todo.id.toLowerCase()));
-    if (frame.error) return notify(frame.error.message, { kind: "error" });
-    showEditor(frame.payload, returnFocus);
-  });
+  const li = entry.li;
+  li.setAttribute("aria-busy", "true");
+  const id = entry.vm.todo.id.toLowerCase();
+  const frame = await client.request({ type: "RequestTodoDetailViewModel", payload: { todo: { id } } });
+  li.removeAttribute("aria-busy");
+  if (frame.error) return notify(frame.error.message, { kind: "error" });
+  showEditor(frame.payload, returnFocus);
 }
 
 function showEditor(detail, returnFocus) {
@@ -513,18 +652,35 @@ function showConflict(error) {
   ui.conflict.hidden = false;
 }
 
+/**
+ * Saves the editor's fields. Live, the editor waits for the answer (and shows a conflict or a
+ * validation error in place); offline, the save waits in the outbox and the editor closes.
+ * Either way the row shows the edit at once, as pending.
+ */
 function saveEditor(overrides) {
   if (!editor || editor.saving) return;
-  if (!requireLive()) {
-    showFieldError(ui.detailError, "Not connected to the server; nothing was saved. Your edit is still here.");
-    return;
-  }
   const serial = editor.serial;
   const payload = editedDetail(overrides);
+  const entry = store.todos.get(editor.id);
+  payload.todo.version = entry ? expectedVersion(entry, editor.detail) : versionOf(editor.detail);
+  const deleting = payload.deleted && !editor.detail.deleted;
+  const shownTitle = payload.title.trim();
+  const patch = deleting
+    ? (vm) => vm
+    : (vm) => ({ ...vm, title: shownTitle || vm.title, complete: !!payload.completed });
+  const write = queueWrite(editor.id, deleting ? "delete" : "save", { type: "RequestUpdateDetailViewModel", payload }, patch, {
+    editorSerial: serial,
+  });
+  if (!write) return;
+  if (!client.live) {
+    closeEditor();
+    announce("Saved on this page; it is sent when the connection is back.");
+    return;
+  }
   editor.saving = true;
   ui.dialog.setAttribute("aria-busy", "true");
   clearEditorErrors();
-  request({ type: "RequestUpdateDetailViewModel", payload }, "ResponseUpdateDetailViewModel", (frame) => {
+  write.done.then((frame) => {
     if (!editor || editor.serial !== serial) return;
     editor.saving = false;
     ui.dialog.removeAttribute("aria-busy");
@@ -547,12 +703,11 @@ function saveEditor(overrides) {
 }
 
 /** Fetches the stored detail view model after a conflict, for its strings and version only. */
-function refreshEditorBase(serial) {
-  request({ type: "RequestTodoDetailViewModel", payload: { todo: { id: editor.id } } }, "ResponseTodoDetailViewModel", (frame) => {
-    if (!editor || editor.serial !== serial || frame.error) return;
-    editor.detail = frame.payload;
-    renderEditorBase(frame.payload);
-  });
+async function refreshEditorBase(serial) {
+  const frame = await client.request({ type: "RequestTodoDetailViewModel", payload: { todo: { id: editor.id } } });
+  if (!editor || editor.serial !== serial || frame.error) return;
+  editor.detail = frame.payload;
+  renderEditorBase(frame.payload);
 }
 
 function closeEditor() {
@@ -582,18 +737,17 @@ ui.dialog.addEventListener("cancel", (event) => {
 ui.detailDelete.addEventListener("click", () => {
   if (editor) saveEditor({ deleted: !editor.detail.deleted });
 });
-ui.reload.addEventListener("click", () => {
+ui.reload.addEventListener("click", async () => {
   if (!editor) return;
   const serial = editor.serial;
-  request({ type: "RequestTodoDetailViewModel", payload: { todo: { id: editor.id } } }, "ResponseTodoDetailViewModel", (frame) => {
-    if (!editor || editor.serial !== serial) return;
-    if (frame.error) return showFieldError(ui.detailError, frame.error.message);
-    editor.detail = frame.payload;
-    fillEditor(frame.payload);
-    showConflict(null);
-    clearEditorErrors();
-    ui.detailTitle.focus();
-  });
+  const frame = await client.request({ type: "RequestTodoDetailViewModel", payload: { todo: { id: editor.id } } });
+  if (!editor || editor.serial !== serial) return;
+  if (frame.error) return showFieldError(ui.detailError, frame.error.message);
+  editor.detail = frame.payload;
+  fillEditor(frame.payload);
+  showConflict(null);
+  clearEditorErrors();
+  ui.detailTitle.focus();
 });
 for (const [name, field] of Object.entries(detailFields)) {
   const slot = ui.detailForm.querySelector(`.field-error[data-error-for="${name}"]`);
@@ -603,11 +757,12 @@ for (const [name, field] of Object.entries(detailFields)) {
 // ---------------------------------------------------------------------------------------------
 // Notices and announcements.
 
-function notify(message, { kind = "info", action, onAction } = {}) {
+function notify(message, { kind = "info", code, action, onAction } = {}) {
   const notice = document.createElement("div");
   notice.className = `notice ${kind}`;
   notice.dataset.testid = "notice";
   notice.dataset.kind = kind;
+  if (code) notice.dataset.code = code;
   const text = document.createElement("span");
   text.textContent = message;
   notice.append(text);
@@ -649,293 +804,96 @@ function announce(text) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The connection: hello, resume/refetch, reconnect with back-off and jitter, draining.
+// The connection (todostream.js): what the page shows of it, and the list it reloads on a reset.
 
-const connection = {
-  socket: null,
-  live: false,
-  attempt: 0,
-  timer: null,
-  countdown: null,
-  helloTimer: null,
-  pingTimer: null,
-  pongTimer: null,
-  /** ms the daemon asked us to wait (draining) before reconnecting. */
-  drainDelay: null,
-  epoch: null,
-  lastSeq: null,
-  /** Whether the list holds everything up to lastSeq (false until a list request is answered). */
-  complete: false,
-  nextId: 1,
-  /** id -> { expect, handler, timer } */
-  pending: new Map(),
-  fetchId: null,
-};
+const client = new TodoStream({ token: savedToken, onReset: reloadList });
 
-function socketURL() {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${location.host}/events`;
+/** Loads the whole list (first connect, `gap`, another epoch); the client then goes live. */
+async function reloadList() {
+  store.touched.clear();
+  const frame = await client.request({ type: "RequestTodoViewModels" });
+  if (frame.error) {
+    if (frame.error.code !== "disconnected") notify(frame.error.message, { kind: "error" });
+    throw new Error(frame.error.message);
+  }
+  applySnapshot(Array.isArray(frame.payload) ? frame.payload : []);
 }
 
-function setState(state, text, { retry = false } = {}) {
+function plural(count, one, many) {
+  return `${count} ${count === 1 ? one : many}`;
+}
+
+let countdown = null;
+
+function renderConnection() {
+  const state = client.state;
+  const waiting = client.outboxSize;
+  const edits = waiting ? ` — ${plural(waiting, "edit", "edits")} waiting` : "";
+  const seconds = client.retryAt ? Math.max(1, Math.ceil((client.retryAt - Date.now()) / 1000)) : 0;
+  let text;
+  switch (state) {
+    case "online":
+      text = waiting ? `Live · sending ${plural(waiting, "edit", "edits")}` : "Live";
+      break;
+    case "offline":
+      text = `Offline${edits} · retrying in ${seconds} s`;
+      break;
+    case "draining":
+      text = `Offline${edits} · server restarting, reconnecting in ${seconds} s`;
+      break;
+    case "syncing":
+      text = "Syncing…";
+      break;
+    case "auth":
+      text = "Needs an access token";
+      break;
+    default:
+      text = store.loaded ? "Reconnecting…" : "Connecting…";
+  }
   ui.connection.dataset.state = state;
+  ui.connection.dataset.outbox = String(waiting);
   ui.connectionText.textContent = text;
-  ui.retry.hidden = !retry;
+  ui.retry.hidden = state !== "offline" && state !== "draining";
   ui.root.dataset.live = String(state === "online");
   ui.app.classList.toggle("stale", state !== "online");
+  clearInterval(countdown);
+  countdown = client.retryAt && !ui.retry.hidden ? setInterval(renderConnection, 1000) : null;
 }
 
 function recordPosition() {
-  ui.connection.dataset.epoch = connection.epoch ?? "";
-  ui.connection.dataset.seq = connection.lastSeq === null ? "" : String(connection.lastSeq);
+  ui.connection.dataset.epoch = client.epoch ?? "";
+  ui.connection.dataset.seq = client.lastSeq === null ? "" : String(client.lastSeq);
 }
 
-function connect() {
-  clearTimeout(connection.timer);
-  clearInterval(connection.countdown);
-  connection.timer = null;
-  if (connection.socket) return;
-  setState("connecting", connection.attempt || store.loaded ? "Reconnecting…" : "Connecting…");
-  let socket;
-  try {
-    socket = new WebSocket(socketURL());
-  } catch (error) {
-    scheduleReconnect();
-    return;
-  }
-  connection.socket = socket;
-  connection.helloTimer = setTimeout(() => socket.close(), HELLO_TIMEOUT_MS);
-  socket.addEventListener("message", (event) => {
-    if (socket !== connection.socket) return;
-    if (typeof event.data !== "string") return;
-    let frame;
-    try {
-      frame = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    if (frame && typeof frame === "object") handleFrame(frame);
-  });
-  socket.addEventListener("close", () => {
-    if (socket !== connection.socket) return;
-    disconnected();
-  });
-}
-
-function disconnected() {
-  clearTimeout(connection.helloTimer);
-  clearInterval(connection.pingTimer);
-  clearTimeout(connection.pongTimer);
-  connection.socket = null;
-  connection.live = false;
-  connection.fetchId = null;
-  const pending = [...connection.pending.values()];
-  connection.pending.clear();
-  for (const request of pending) {
-    clearTimeout(request.timer);
-    request.handler({
-      error: { code: "disconnected", message: "The connection was lost before the server answered. Please try again." },
-    });
-  }
-  scheduleReconnect();
-}
-
-function scheduleReconnect() {
-  let delay;
-  if (connection.drainDelay !== null) {
-    // Draining: wait what the daemon asked, plus jitter so that every page does not return at once.
-    delay = connection.drainDelay + Math.random() * Math.min(1000, connection.drainDelay / 2 + 250);
-    connection.drainDelay = null;
-  } else {
-    const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** connection.attempt);
-    delay = ceiling / 2 + Math.random() * (ceiling / 2);
-  }
-  connection.attempt++;
-  const wakeAt = Date.now() + delay;
-  const draining = ui.connection.dataset.state === "draining";
-  const tick = () => {
-    const seconds = Math.max(1, Math.ceil((wakeAt - Date.now()) / 1000));
-    setState(
-      draining ? "draining" : "offline",
-      draining ? `Server restarting · reconnecting in ${seconds} s` : `Offline · retrying in ${seconds} s`,
-      { retry: true },
-    );
-  };
-  tick();
-  clearInterval(connection.countdown);
-  connection.countdown = setInterval(tick, 1000);
-  clearTimeout(connection.timer);
-  connection.timer = setTimeout(connect, delay);
-}
-
-function reconnectNow() {
-  if (connection.socket) return;
-  connection.attempt = 0;
-  connect();
-}
-
-ui.retry.addEventListener("click", reconnectNow);
-window.addEventListener("online", reconnectNow);
-document.addEventListener("visibilitychange", () => {
-  if (document.visibilityState === "visible" && !connection.socket && connection.timer) reconnectNow();
+client.addEventListener("state", () => {
+  renderConnection();
+  for (const entry of store.todos.values()) if (entry.overlays.length) render(entry);
 });
-window.addEventListener("pagehide", () => connection.socket?.close(1001));
-
-function send(frame) {
-  const socket = connection.socket;
-  if (!socket || socket.readyState !== WebSocket.OPEN) return false;
-  socket.send(JSON.stringify(frame));
-  return true;
-}
-
-/**
- * Sends a frame with a fresh id; `handler` gets the first answer whose `re` is that id and
- * whose `type` (or `op`) is `expect` — or an `op:error`, or a local error when the connection
- * is lost or no answer comes.
- */
-function request(frame, expect, handler) {
-  const id = connection.nextId++;
-  const entry = { expect: Array.isArray(expect) ? expect : [expect], handler };
-  if (!send({ ...frame, id })) {
-    handler({ error: { code: "disconnected", message: "Not connected to the server. Please try again." } });
-    return id;
-  }
-  entry.timer = setTimeout(() => {
-    if (connection.pending.get(id) !== entry) return;
-    connection.pending.delete(id);
-    handler({ error: { code: "timeout", message: "The server did not answer in time. Please try again." } });
-  }, REQUEST_TIMEOUT_MS);
-  connection.pending.set(id, entry);
-  return id;
-}
-
-function handleFrame(frame) {
-  if (frame.op === "hello") return hello(frame);
-  if (frame.op === "draining") return draining(frame);
-
-  // A broadcast: apply it in seq order (a copy of one caused by us carries `re` as well).
-  if (typeof frame.seq === "number") applyBroadcast(frame);
-
-  if (frame.re !== undefined && connection.pending.has(frame.re)) {
-    const entry = connection.pending.get(frame.re);
-    const name = frame.type ?? frame.op;
-    if (entry.expect.includes(name) || frame.op === "error") {
-      connection.pending.delete(frame.re);
-      clearTimeout(entry.timer);
-      entry.handler(frame);
-    }
-    return;
-  }
-  if (frame.op === "error" && frame.error) {
-    notify(frame.error.message, { kind: "error" });
-  }
-}
-
-function applyBroadcast(frame) {
-  const missed = connection.lastSeq !== null && frame.seq > connection.lastSeq + 1 && connection.live;
-  if (connection.lastSeq !== null && frame.seq <= connection.lastSeq) return; // already seen
-  connection.lastSeq = frame.seq;
-  recordPosition();
-  if (frame.type === RESPONSE_TODO && frame.payload) applyTodo(frame.payload, { animate: store.loaded });
-  // Broadcasts were missed without a `gap` being said: the list may be stale, so reload it.
-  if (missed) refetch();
-}
-
-function hello(frame) {
-  clearTimeout(connection.helloTimer);
-  connection.attempt = 0;
-  connection.drainDelay = null;
-  connection.server = frame;
-  ui.connection.dataset.session = frame.session ?? "";
-  setState("syncing", "Syncing…");
-  if (frame.auth === "required") {
-    const token = savedToken();
-    if (!token) return askForToken(null);
-    return authenticate(token);
-  }
-  startSession(frame);
-}
-
-function startSession(greeting) {
-  if (connection.epoch === null || connection.lastSeq === null || !connection.complete) {
-    // The first connection (or the last list request never got its answer): load the whole
-    // list, then follow the broadcasts after hello.seq.
-    return refetchFrom(greeting, store.loaded ? "refetched" : "loaded");
-  }
-  // Back after a disconnect: ask for exactly what was missed. With another epoch (the journal
-  // was reset) the answer is `gap`; until it comes, seqs of the new epoch are not filtered.
-  const after = connection.lastSeq;
-  const epoch = connection.epoch;
-  if (greeting.epoch !== epoch) connection.lastSeq = null;
-  request({ op: "resume", epoch, after }, ["resumed", "gap"], (frame) => {
-    if (frame.op === "resumed") {
-      connection.epoch = greeting.epoch;
-      if (connection.lastSeq === null || connection.lastSeq < after) connection.lastSeq = after;
-      recordPosition();
-      ui.connection.dataset.sync = "resumed";
-      return goLive();
-    }
-    if (frame.op === "gap") {
-      return refetchFrom({ epoch: frame.epoch ?? greeting.epoch, seq: frame.seq ?? greeting.seq }, "refetched");
-    }
-    if (frame.error?.code !== "disconnected") refetchFrom(greeting, "refetched");
-  });
-}
-
-function refetchFrom(position, how) {
-  connection.epoch = position.epoch;
-  connection.lastSeq = typeof position.seq === "number" ? position.seq : 0;
-  recordPosition();
-  refetch(how);
-}
-
-function refetch(how = "refetched") {
-  if (connection.fetchId !== null) return;
-  connection.complete = false;
-  store.touched.clear();
-  connection.fetchId = request({ type: "RequestTodoViewModels" }, "ResponseTodoViewModels", (frame) => {
-    connection.fetchId = null;
-    if (frame.error) {
-      if (frame.error.code === "disconnected") return;
-      notify(frame.error.message, { kind: "error" });
-      connection.socket?.close();
-      return;
-    }
-    applySnapshot(Array.isArray(frame.payload) ? frame.payload : []);
-    connection.complete = true;
-    ui.connection.dataset.sync = how;
-    goLive();
-  });
-}
-
-function goLive() {
-  connection.live = true;
-  setState("online", "Live");
+client.addEventListener("outbox", renderConnection);
+client.addEventListener("hello", (event) => (ui.connection.dataset.session = event.detail.frame.session ?? ""));
+client.addEventListener("draining", (event) => (ui.connection.dataset.drainAfterMs = String(event.detail.reconnectAfterMs)));
+client.addEventListener("synced", (event) => {
+  ui.connection.dataset.sync = event.detail.how;
   ui.authForm.hidden = true;
-  clearInterval(connection.pingTimer);
-  connection.pingTimer = setInterval(ping, PING_EVERY_MS);
-}
+  recordPosition();
+});
+client.addEventListener("broadcast", (event) => {
+  const frame = event.detail.frame;
+  recordPosition();
+  if (frame.type === RESPONSE_TODO && frame.payload) applyBroadcastTodo(frame);
+});
+client.addEventListener("error", (event) => {
+  const error = event.detail.frame.error;
+  if (error?.message) notify(error.message, { kind: "error", code: error.code });
+});
+client.addEventListener("auth", (event) => askForToken(event.detail.message));
 
-function ping() {
-  const socket = connection.socket;
-  if (!socket) return;
-  clearTimeout(connection.pongTimer);
-  connection.pongTimer = setTimeout(() => socket.close(), PONG_TIMEOUT_MS);
-  request({ op: "ping" }, "pong", () => clearTimeout(connection.pongTimer));
-}
-
-function draining(frame) {
-  const after = Number(frame.reconnect_after_ms);
-  connection.drainDelay = Number.isFinite(after) && after >= 0 ? Math.min(after, 5 * 60 * 1000) : 1000;
-  ui.connection.dataset.drainAfterMs = String(connection.drainDelay);
-  connection.live = false;
-  setState("draining", "Server restarting…");
-  // The daemon closes the connection; if it does not, close it once its queue had time to flush.
-  const socket = connection.socket;
-  setTimeout(() => {
-    if (connection.socket === socket) socket?.close();
-  }, 5000);
-}
+ui.retry.addEventListener("click", () => client.reconnectNow());
+window.addEventListener("online", () => client.reconnectNow());
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") client.reconnectNow();
+});
+window.addEventListener("pagehide", () => client.socket?.close(1001));
 
 // Access tokens, for daemons that require auth (kept for this tab only).
 
@@ -949,22 +907,10 @@ function savedToken() {
 }
 
 function askForToken(message) {
-  setState("auth", "Needs an access token");
+  if (message) sessionStorage.removeItem("todostream-token");
   ui.authForm.hidden = false;
   showFieldError(ui.authError, message, ui.authToken);
   ui.authToken.focus();
-}
-
-function authenticate(token) {
-  request({ op: "auth", token }, "authenticated", (frame) => {
-    if (frame.error) {
-      if (frame.error.code === "disconnected") return;
-      sessionStorage.removeItem("todostream-token");
-      return askForToken(frame.error.message);
-    }
-    ui.authForm.hidden = true;
-    startSession(connection.server);
-  });
 }
 
 ui.authForm.addEventListener("submit", (event) => {
@@ -973,11 +919,11 @@ ui.authForm.addEventListener("submit", (event) => {
   if (!token) return;
   sessionStorage.setItem("todostream-token", token);
   ui.authToken.value = "";
-  if (connection.socket && connection.server?.auth === "required") authenticate(token);
-  else reconnectNow();
+  client.authenticate(token);
 });
 
 // ---------------------------------------------------------------------------------------------
 
 renderFooter();
-connect();
+renderConnection();
+client.start();
