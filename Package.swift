@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .executable(name: "todostreamd", targets: ["todostreamd"]),
         .executable(name: "todostream-load", targets: ["todostream-load"]),
+        .library(name: "TodostreamClient", targets: ["TodostreamClient"]),
         // For the microbenchmarks in Benchmarks/ (a package of their own).
         .library(name: "EventStream", targets: ["EventStream"]),
         .library(name: "TodoApp", targets: ["TodoApp"]),
@@ -74,6 +75,21 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CompressNIO", package: "compress-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        // A client library of the daemon: the app's events over TCP, TLS or WebSocket.
+        .target(
+            name: "TodostreamClient",
+            dependencies: [
+                "TodoApp",
+                "EventStream",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
@@ -145,6 +161,11 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "TodostreamClientTests",
+            dependencies: ["TodostreamClient", "TodoApp"],
             swiftSettings: strict
         ),
         .testTarget(
