@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .executable(name: "todostreamd", targets: ["todostreamd"]),
         .executable(name: "todostream-load", targets: ["todostream-load"]),
+        .executable(name: "todostream", targets: ["todostream-cli"]),
         .library(name: "TodostreamClient", targets: ["TodostreamClient"]),
         // For the microbenchmarks in Benchmarks/ (a package of their own).
         .library(name: "EventStream", targets: ["EventStream"]),
@@ -90,6 +91,15 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "todostream-cli",
+            dependencies: [
+                "TodostreamClient",
+                "TodoApp",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),
