@@ -175,6 +175,80 @@ import TodostreamClient
     }
 }
 
+/// The daemon restarts (graceful: `draining`, then closed) on the same data: writes made
+/// meanwhile wait in the outbox, the client reconnects and resumes in the same epoch, and
+/// each write is applied once.
+@Suite struct ClientRestartTests {
+    @Test func writesMadeWhileTheDaemonRestartsAreAppliedOnceAfterIt() async throws {
+        let directory = temporaryDirectory()
+        let fastDrain = DaemonSetup.custom { $0.relay.drainReconnectAfterMs = 20 }
+        let proxy = try await CutProxy.start(to: 1)
+        defer { Task { await proxy.stop() } }
+        try await withTestClient(try testConfiguration("tcp://127.0.0.1:\(proxy.port)")) { client, log in
+            var id: UUID?
+            try await withDaemon(storage: .sqlite, dataDirectory: directory, fastDrain) { daemon in
+                proxy.retarget(to: daemon.tcpPort)
+                id = try await client.create(title: "survives a restart").todo.id
+            }
+            let todo = try #require(id)
+            try await log.wait(for: "the disconnect") { events, _ in events.contains(.disconnected) }
+            try await client.send(.requestToggleCompleteTodoViewModel(TodoReference(id: todo)))
+            try await client.send(
+                .requestUpdateDetailViewModel(
+                    TodoDetailInput(todo: TodoReference(id: todo), edit: TodoEdit(title: "edited offline"))
+                )
+            )
+            try await withDaemon(storage: .sqlite, dataDirectory: directory, fastDrain) { daemon in
+                proxy.retarget(to: daemon.tcpPort)
+                try await log.wait(for: "the offline writes") { _, list in list.todos[todo]?.todo.version == 3 }
+                let stored = try await daemonList(daemon)
+                #expect(stored.first?.todo.version == 3)
+                #expect(stored.first?.complete == true)
+                #expect(stored.first?.title == "edited offline")
+                #expect(await log.number { $0 == .connected(resumed: true) } >= 1)
+                #expect(await log.number { if case .reset = $0 { return true } else { return false } } == 0)
+                #expect(await client.outboxCount == 0)
+            }
+        }
+    }
+}
+
+/// The library over TLS, trusting the daemon's certificate by a CA file.
+@Suite struct ClientTLSTests {
+    @Test func listAndWritesOverTLS() async throws {
+        let directory = temporaryDirectory()
+        let files = try DevCertificate.ensure(in: directory)
+        try await withDaemon(
+            .custom({ options in
+                options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+                options.tlsCertificatePath = files.certificatePath
+                options.tlsKeyPath = files.keyPath
+            })
+        ) { daemon in
+            let port = try #require(daemon.addresses.tls?.port)
+            var configuration = try testConfiguration("tls://localhost:\(port)")
+            configuration.tls.caFile = files.certificatePath
+            try await withTestClient(configuration) { client, log in
+                let saved = try await client.create(title: "encrypted")
+                #expect(try await client.list().map(\.todo.id) == [saved.todo.id])
+                #expect(try await client.toggle(saved.todo.id).complete)
+                try await log.wait(for: "the broadcast") { _, list in list.todos[saved.todo.id]?.complete == true }
+            }
+            // Without the CA the handshake fails and nothing is answered.
+            var untrusting = try testConfiguration("tls://localhost:\(port)")
+            untrusting.requestTimeout = .milliseconds(300)
+            try await withTestClient(untrusting) { client, _ in
+                do {
+                    _ = try await client.list()
+                    Issue.record("an untrusted daemon answered")
+                } catch let error as ClientError {
+                    #expect(error.code == .timeout)
+                }
+            }
+        }
+    }
+}
+
 /// A small seeded generator, so that a failing run can be told by its seed.
 struct SplitMix: RandomNumberGenerator {
     var state: UInt64

@@ -18,6 +18,7 @@ final class CutProxy: Sendable {
         var connections: [ObjectIdentifier: (any Channel, any Channel)] = [:]
         var armed: (direction: Direction, bytes: Int)?
         var refusing = false
+        var target: Int
         var accepted = 0
         var cuts = 0
     }
@@ -32,14 +33,14 @@ final class CutProxy: Sendable {
     }
 
     static func start(to targetPort: Int) async throws -> CutProxy {
-        let state = NIOLockedValueBox(State())
+        let state = NIOLockedValueBox(State(target: targetPort))
         let group = MultiThreadedEventLoopGroup.singleton
         let server = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { inbound in
-                let refusing = state.withLockedValue { state in
+                let (refusing, targetPort) = state.withLockedValue { state in
                     state.accepted += 1
-                    return state.refusing
+                    return (state.refusing, state.target)
                 }
                 guard !refusing else {
                     return inbound.eventLoop.makeFailedFuture(Refused())
@@ -70,6 +71,11 @@ final class CutProxy: Sendable {
     /// carries the one after them is cut right there.
     func arm(_ direction: Direction, afterBytes bytes: Int) {
         state.withLockedValue { $0.armed = (direction, bytes) }
+    }
+
+    /// New connections go to `port` from now on (a daemon restarted on another port).
+    func retarget(to port: Int) {
+        state.withLockedValue { $0.target = port }
     }
 
     func cutAll() {
