@@ -31,6 +31,8 @@ public actor TodostreamClient {
     private var pending: [String: Pending] = [:]
     private var channel: (any Channel)?
     private var finished = false
+    /// Why the client stopped, when the daemon stopped it (a refused token).
+    private var stopReason: ClientError?
 
     private struct Pending {
         let expected: Event.Kind
@@ -106,7 +108,8 @@ public actor TodostreamClient {
             return
         }
         guard !machine.isClosed else {
-            connection.channel.close(promise: nil)
+            // Closed meanwhile: close it the way NIOAsyncChannel requires (its writer finished).
+            try? await connection.executeThenClose { _, _ in }
             return
         }
         _ = machine.connected()
@@ -170,7 +173,7 @@ public actor TodostreamClient {
     }
 
     private func enqueue(_ event: Event) throws(ClientError) -> (id: String, expected: Event.Kind) {
-        guard !finished else { throw ClientError(.closed, "The client was closed.") }
+        guard !finished else { throw stopReason ?? ClientError(.closed, "The client was closed.") }
         guard let expected = Self.answerKind(of: event) else {
             throw ClientError(.rejected, "\(event.name) cannot be published by a view.", serverCode: "not_permitted")
         }
@@ -196,12 +199,11 @@ public actor TodostreamClient {
     private func expire(_ id: String) {
         outbox.remove(id: id)
         guard let entry = pending.removeValue(forKey: id) else { return }
-        entry.continuation?.resume(
-            throwing: ClientError(
-                .timeout,
-                "No answer within \(configuration.requestTimeout); a write may have been applied."
-            )
-        )
+        let write = entry.expected == .responseTodoViewModel || entry.expected == .responseUpdateDetailViewModel
+        let message =
+            "No answer within \(configuration.requestTimeout) (is the daemon reachable?)"
+            + (write ? "; the write may have been applied." : ".")
+        entry.continuation?.resume(throwing: ClientError(.timeout, message))
     }
 
     private func write(_ bytes: [UInt8]) {
@@ -268,6 +270,7 @@ public actor TodostreamClient {
         case "auth":
             logger.warning("the daemon refused the token")
             let error = ClientError(.unauthorized, message, serverCode: code)
+            stopReason = error
             let waiting = pending
             pending.removeAll()
             _ = outbox.removeAll()

@@ -10,11 +10,11 @@ struct TodostreamCommand: AsyncParsableCommand {
         abstract: "A command-line client of todostreamd: list, add, toggle, delete, edit and watch todos.",
         discussion: """
             Exit codes:
-              0  success
-              1  the daemon refused the change (not found, validation failed, conflict, unavailable)
-              2  bad usage (arguments, URL, TLS files)
-              3  no answer: the daemon could not be reached or did not answer in time
-              4  the daemon refused the request or the token (rejected, unauthorized)
+              0   success
+              1   the app refused it: not found, validation failed, conflict, unavailable
+              3   no answer in time (daemon unreachable, or TLS refused)
+              4   the daemon refused the frame or the token
+              64  bad usage: arguments, URL, TLS files
             """,
         subcommands: [List.self, Add.self, Toggle.self, Delete.self, Edit.self, Watch.self]
     )
@@ -100,7 +100,7 @@ struct CLIFailure: Error, CustomStringConvertible {
         case let error as ClientError:
             description = error.message
             switch error.code {
-            case .invalidURL, .invalidTLSConfiguration: exitCode = 2
+            case .invalidURL, .invalidTLSConfiguration: exitCode = ExitCode.validationFailure.rawValue
             case .timeout, .closed: exitCode = 3
             default: exitCode = 4
             }

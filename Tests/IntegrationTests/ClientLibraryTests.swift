@@ -213,6 +213,45 @@ import TodostreamClient
     }
 }
 
+/// With view tokens configured, the client authenticates (`auth` on TCP, `Authorization:
+/// Bearer` on the WebSocket upgrade) on every connection, before it resumes.
+@Suite struct ClientTokenTests {
+    let tokens = DaemonSetup.custom { $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)] }
+
+    @Test(arguments: TestTransport.allCases)
+    func aGoodTokenIsSentOnEveryConnection(_ transport: TestTransport) async throws {
+        try await withDaemon(tokens) { daemon in
+            let proxy = try await CutProxy.start(to: transport.port(of: daemon))
+            defer { Task { await proxy.stop() } }
+            var configuration = try testConfiguration(transport.url(port: proxy.port))
+            configuration.token = "view-secret"
+            try await withTestClient(configuration) { client, log in
+                let id = try await client.create(title: "authorised").todo.id
+                proxy.cutAll()
+                #expect(try await client.toggle(id).todo.version == 2)
+                try await log.wait(for: "the resumed connection") { events, _ in
+                    events.contains(.connected(resumed: true))
+                }
+            }
+        }
+    }
+
+    @Test func aBadTokenFailsWhatWaitsAndStopsTheClient() async throws {
+        try await withDaemon(tokens) { daemon in
+            var configuration = try testConfiguration("tcp://127.0.0.1:\(daemon.tcpPort)")
+            configuration.token = "wrong"
+            try await withTestClient(configuration) { client, _ in
+                do {
+                    _ = try await client.list()
+                    Issue.record("a bad token was accepted")
+                } catch let error as ClientError {
+                    #expect(error.code == .unauthorized)
+                }
+            }
+        }
+    }
+}
+
 /// The library over TLS, trusting the daemon's certificate by a CA file.
 @Suite struct ClientTLSTests {
     @Test func listAndWritesOverTLS() async throws {
