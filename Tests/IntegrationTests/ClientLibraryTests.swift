@@ -252,6 +252,47 @@ import TodostreamClient
     }
 }
 
+/// A reader of `events` that falls behind by more than `eventBufferCapacity` is not fed an
+/// unbounded buffer: what did not fit is dropped and the reader gets `.reset` before the
+/// next event, so that it refetches.
+@Suite struct ClientSlowReaderTests {
+    @Test func aReaderTooFarBehindGetsAReset() async throws {
+        try await withDaemon { daemon in
+            var configuration = try testConfiguration("tcp://127.0.0.1:\(daemon.tcpPort)")
+            configuration.eventBufferCapacity = 4
+            let client = try TodostreamClient(configuration)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                var events = client.events.makeAsyncIterator()
+                #expect(await events.next() == .connected(resumed: false))
+                let (writer, _) = try await daemon.client()
+                for index in 0..<6 { _ = try await writer.createTodo("flood \(index)") }
+                // Answered after the six broadcasts: they have all reached the client.
+                #expect(try await client.list().count == 6)
+                var seqs: [UInt64?] = []
+                for _ in 0..<4 {
+                    if case .event(_, let seq) = await events.next() { seqs.append(seq) }
+                }
+                #expect(seqs == [1, 2, 3, 4])
+                _ = try await writer.createTodo("after the flood")
+                guard case .reset = await events.next() else {
+                    Issue.record("the reader was not told that it missed events")
+                    await client.close()
+                    return
+                }
+                guard case .event(_, let seq) = await events.next() else {
+                    Issue.record("no event after the reset")
+                    await client.close()
+                    return
+                }
+                #expect(seq == 7)
+                await client.close()
+                try await group.waitForAll()
+            }
+        }
+    }
+}
+
 /// The library over TLS, trusting the daemon's certificate by a CA file.
 @Suite struct ClientTLSTests {
     @Test func listAndWritesOverTLS() async throws {
