@@ -293,20 +293,26 @@ import TodostreamClient
     }
 }
 
-/// The library over TLS, trusting the daemon's certificate by a CA file.
+/// The library over TLS (`tls://`) and WebSocket over TLS (`wss://`), trusting the daemon's
+/// certificate by a CA file.
 @Suite struct ClientTLSTests {
-    @Test func listAndWritesOverTLS() async throws {
+    @Test(arguments: ["tls", "wss"])
+    func listAndWritesOverTLS(_ scheme: String) async throws {
         let directory = temporaryDirectory()
         let files = try DevCertificate.ensure(in: directory)
         try await withDaemon(
             .custom({ options in
                 options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+                options.listeners.httpTLS = true
                 options.tlsCertificatePath = files.certificatePath
                 options.tlsKeyPath = files.keyPath
             })
         ) { daemon in
-            let port = try #require(daemon.addresses.tls?.port)
-            var configuration = try testConfiguration("tls://localhost:\(port)")
+            let url =
+                scheme == "tls"
+                ? "tls://localhost:\(try #require(daemon.addresses.tls?.port))"
+                : "wss://localhost:\(daemon.httpPort)/events"
+            var configuration = try testConfiguration(url)
             configuration.tls.caFile = files.certificatePath
             try await withTestClient(configuration) { client, log in
                 let saved = try await client.create(title: "encrypted")
@@ -315,7 +321,7 @@ import TodostreamClient
                 try await log.wait(for: "the broadcast") { _, list in list.todos[saved.todo.id]?.complete == true }
             }
             // Without the CA the handshake fails and nothing is answered.
-            var untrusting = try testConfiguration("tls://localhost:\(port)")
+            var untrusting = try testConfiguration(url)
             untrusting.requestTimeout = .milliseconds(300)
             try await withTestClient(untrusting) { client, _ in
                 do {
