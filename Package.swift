@@ -181,7 +181,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "todostreamd", "TodostreamClient", "Relay", "TodoApp", "TodoStore", "EventStream",
+                "todostreamd", "todostream-cli", "TodostreamClient", "Relay", "TodoApp", "TodoStore", "EventStream",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
