@@ -86,12 +86,29 @@ struct ConnectionStateMachine: Sendable {
             return .ready(resumed: false, reset: nil)
         }
         state = .resuming(attempt: attempt)
+        resumeAfter = lastSeq
+        highestSeen = nil
         return .sendResume(epoch: epoch, after: lastSeq)
     }
 
+    /// While resuming: the seq the resume started after, and the newest seq seen since.
+    private var resumeAfter: UInt64 = 0
+    private var highestSeen: UInt64?
+
     /// A broadcast with `seq` arrived. Returns false for one already seen (not to be passed
     /// on again).
+    ///
+    /// While a resume runs, a live broadcast may come before the replay (after `auth`, the
+    /// daemon's start hold is over): every seq after the resume point is passed on, but the
+    /// position only moves through the replay's unbroken run, so that a connection lost
+    /// mid-replay resumes where the run stopped.
     mutating func broadcast(seq: UInt64) -> Bool {
+        if case .resuming = state {
+            guard seq > resumeAfter, seq > lastSeq ?? 0 else { return false }
+            if let lastSeq, seq == lastSeq + 1 { self.lastSeq = seq }
+            highestSeen = max(highestSeen ?? seq, seq)
+            return true
+        }
         if let lastSeq, seq <= lastSeq { return false }
         lastSeq = seq
         return true
@@ -99,6 +116,8 @@ struct ConnectionStateMachine: Sendable {
 
     mutating func resumed() -> Action {
         guard case .resuming = state else { return .none }
+        if let highestSeen, highestSeen > lastSeq ?? 0 { lastSeq = highestSeen }
+        highestSeen = nil
         state = .ready
         return .ready(resumed: true, reset: nil)
     }

@@ -38,6 +38,39 @@ import Testing
         #expect(machine.lastSeq == 43)
     }
 
+    @Test func aLiveBroadcastBeforeTheReplayDropsNothing() {
+        var machine = ConnectionStateMachine(backoff: backoff, authenticates: true)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 10)
+        _ = machine.authenticated()
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 14)
+        check(machine.authenticated(), .sendResume(epoch: "e", after: 10))
+        // 15 slips in live before the replay of 11...14; all of them are passed on.
+        check(machine.broadcast(seq: 15), true)
+        check(machine.broadcast(seq: 11), true)
+        check(machine.broadcast(seq: 12), true)
+        check(machine.lastSeq, 12)
+        // Lost mid-replay: the next resume starts after the unbroken run.
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 15)
+        check(machine.authenticated(), .sendResume(epoch: "e", after: 12))
+        check(machine.broadcast(seq: 12), false)
+        check(machine.broadcast(seq: 13), true)
+        check(machine.broadcast(seq: 16), true)
+        check(machine.broadcast(seq: 14), true)
+        check(machine.broadcast(seq: 15), true)
+        check(machine.resumed(), .ready(resumed: true, reset: nil))
+        check(machine.lastSeq, 16)
+        check(machine.broadcast(seq: 16), false)
+        check(machine.broadcast(seq: 17), true)
+    }
+
     @Test func gapAnsweringAResumeIsAReset() {
         var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
         _ = machine.start()
