@@ -11,6 +11,8 @@ let package = Package(
     products: [
         .executable(name: "todostreamd", targets: ["todostreamd"]),
         .executable(name: "todostream-load", targets: ["todostream-load"]),
+        .executable(name: "todostream", targets: ["todostream-cli"]),
+        .library(name: "TodostreamClient", targets: ["TodostreamClient"]),
         // For the microbenchmarks in Benchmarks/ (a package of their own).
         .library(name: "EventStream", targets: ["EventStream"]),
         .library(name: "TodoApp", targets: ["TodoApp"]),
@@ -74,6 +76,30 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CompressNIO", package: "compress-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        // A client library of the daemon: the app's events over TCP, TLS or WebSocket.
+        .target(
+            name: "TodostreamClient",
+            dependencies: [
+                "TodoApp",
+                "EventStream",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "todostream-cli",
+            dependencies: [
+                "TodostreamClient",
+                "TodoApp",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),
@@ -148,9 +174,14 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "TodostreamClientTests",
+            dependencies: ["TodostreamClient", "TodoApp"],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "todostreamd", "Relay", "TodoApp", "TodoStore", "EventStream",
+                "todostreamd", "todostream-cli", "TodostreamClient", "Relay", "TodoApp", "TodoStore", "EventStream",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -4,7 +4,7 @@
 public struct AppError: Error, Sendable, Hashable {
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         public let rawValue: String
-        private init(_ rawValue: String) { self.rawValue = rawValue }
+        init(_ rawValue: String) { self.rawValue = rawValue }
 
         public static let validationFailed = Code("validation_failed")
         public static let notFound = Code("not_found")

@@ -1,0 +1,60 @@
+import Logging
+
+/// How a `TodostreamClient` connects and how much it keeps. Every buffer has a bound here.
+public struct ClientConfiguration: Sendable {
+    /// TLS settings for `tls://` and `wss://`: PEM files.
+    public struct TLS: Sendable, Hashable {
+        /// The CA certificates to trust instead of the system's.
+        public var caFile: String?
+        /// A client certificate (chain) and its key, for daemons that require one.
+        public var certificateFile: String?
+        public var keyFile: String?
+
+        public init(caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil) {
+            self.caFile = caFile
+            self.certificateFile = certificateFile
+            self.keyFile = keyFile
+        }
+    }
+
+    public var endpoint: ClientEndpoint
+    /// A view (or monitor) token; sent with `auth` after the greeting (TCP, TLS) or as
+    /// `Authorization: Bearer` on the WebSocket upgrade.
+    public var token: String?
+    public var tls: TLS
+    public var backoff: Backoff
+    public var connectTimeout: Duration
+    /// How long `request` waits for its answer, connection losses included.
+    public var requestTimeout: Duration
+    /// Requests accepted and not yet answered (writes made while disconnected among them).
+    public var outboxCapacity: Int
+    /// Events `events` holds for a slow reader; past it the reader gets `.reset`.
+    public var eventBufferCapacity: Int
+    /// The longest frame accepted from the daemon.
+    public var maxFrameBytes: Int
+    public var logger: Logger
+
+    public init(
+        endpoint: ClientEndpoint,
+        token: String? = nil,
+        tls: TLS = TLS(),
+        backoff: Backoff = Backoff(),
+        connectTimeout: Duration = .seconds(10),
+        requestTimeout: Duration = .seconds(30),
+        outboxCapacity: Int = 1024,
+        eventBufferCapacity: Int = 4096,
+        maxFrameBytes: Int = 1 << 20,
+        logger: Logger = Logger(label: "todostream.client", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) {
+        self.endpoint = endpoint
+        self.token = token
+        self.tls = tls
+        self.backoff = backoff
+        self.connectTimeout = connectTimeout
+        self.requestTimeout = requestTimeout
+        self.outboxCapacity = outboxCapacity
+        self.eventBufferCapacity = eventBufferCapacity
+        self.maxFrameBytes = maxFrameBytes
+        self.logger = logger
+    }
+}

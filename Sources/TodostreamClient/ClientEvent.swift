@@ -1,0 +1,17 @@
+import TodoApp
+
+/// What `TodostreamClient.events` yields: the app's events as the daemon sends them, and the
+/// connection's changes that a view must act on.
+public enum ClientEvent: Sendable, Hashable {
+    /// An app event: a broadcast (with its `seq`) or a reply to one of this client's requests
+    /// (without).
+    case event(Event, seq: UInt64?)
+    /// Broadcasts were missed (`gap`, or the client's own event buffer overflowed): refetch
+    /// the list (`RequestTodoViewModels`); broadcasts after `seq` follow.
+    case reset(seq: UInt64)
+    /// The connection is ready: a new one (`resumed: false`, refetch) or one that resumed
+    /// the stream where the last one ended (nothing was missed).
+    case connected(resumed: Bool)
+    /// The connection was lost; the client reconnects by itself.
+    case disconnected
+}

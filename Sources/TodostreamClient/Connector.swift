@@ -1,0 +1,130 @@
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import NIOWebSocket
+
+/// Opens one connection to the daemon and returns it as a channel of frames: one buffer per
+/// JSON object each way, whatever the transport.
+struct Connector: Sendable {
+    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
+
+    let configuration: ClientConfiguration
+    let group: any EventLoopGroup
+    private let sslContext: NIOSSLContext?
+
+    init(configuration: ClientConfiguration, group: any EventLoopGroup) throws(ClientError) {
+        self.configuration = configuration
+        self.group = group
+        guard configuration.endpoint.transport.isEncrypted else {
+            sslContext = nil
+            return
+        }
+        do {
+            var tls = TLSConfiguration.makeClientConfiguration()
+            if let caFile = configuration.tls.caFile {
+                tls.trustRoots = .file(caFile)
+            }
+            if let certificateFile = configuration.tls.certificateFile {
+                tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificateFile).map { .certificate($0) }
+                guard let keyFile = configuration.tls.keyFile else {
+                    throw ClientError(.invalidTLSConfiguration, "A client certificate needs its key (--key).")
+                }
+                tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem))
+            }
+            sslContext = try NIOSSLContext(configuration: tls)
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError(.invalidTLSConfiguration, "The TLS files could not be used: \(error).")
+        }
+    }
+
+    enum UpgradeResult: Sendable {
+        case upgraded(Connection)
+        case refused
+    }
+
+    struct UpgradeRefused: Error, CustomStringConvertible {
+        var description: String { "the daemon refused the WebSocket upgrade" }
+    }
+
+    func connect() async throws -> Connection {
+        let endpoint = configuration.endpoint
+        let maxFrameBytes = configuration.maxFrameBytes
+        let sslContext = self.sslContext
+        let serverHostname = Self.isIPAddress(endpoint.host) ? nil : endpoint.host
+        let bootstrap = ClientBootstrap(group: group)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connectTimeout(.milliseconds(configuration.connectTimeout.milliseconds))
+        if !endpoint.transport.isWebSocket {
+            return try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    if let sslContext {
+                        try pipeline.addHandler(
+                            NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname)
+                        )
+                    }
+                    try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: maxFrameBytes)))
+                    try pipeline.addHandler(LineFrameEncoder())
+                    return try Connection(wrappingChannelSynchronously: channel)
+                }
+            }
+        }
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
+        headers.add(name: "Content-Length", value: "0")
+        if let token = configuration.token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.path, headers: headers)
+        let result: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(
+            host: endpoint.host,
+            port: endpoint.port
+        ) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let pipeline = channel.pipeline.syncOperations
+                if let sslContext {
+                    try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                }
+                let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeResult>(
+                    maxFrameSize: maxFrameBytes,
+                    upgradePipelineHandler: { channel, _ in
+                        channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHandler(
+                                WebSocketMessages(maxMessageBytes: maxFrameBytes)
+                            )
+                            return .upgraded(try Connection(wrappingChannelSynchronously: channel))
+                        }
+                    }
+                )
+                let upgrade = NIOTypedHTTPClientUpgradeConfiguration(
+                    upgradeRequestHead: head,
+                    upgraders: [upgrader],
+                    notUpgradingCompletionHandler: { channel in
+                        channel.close(promise: nil)
+                        return channel.eventLoop.makeSucceededFuture(.refused)
+                    }
+                )
+                var http = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: upgrade)
+                // The greeting can arrive in the same read as the 101: keep those bytes.
+                http.leftOverBytesStrategy = .forwardBytes
+                return try pipeline.configureUpgradableHTTPClientPipeline(configuration: http)
+            }
+        }
+        switch try await result.get() {
+        case .upgraded(let connection): return connection
+        case .refused: throw UpgradeRefused()
+        }
+    }
+
+    private static func isIPAddress(_ host: String) -> Bool {
+        (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

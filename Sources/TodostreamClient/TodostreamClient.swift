@@ -1,0 +1,344 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import TodoApp
+
+/// A client of todostreamd: the seed's `eventsSignal` (`events`) and `eventsObserver`
+/// (`send`, `request`) over TCP, TLS or WebSocket, which reconnects by itself (jittered
+/// exponential backoff, or when the daemon's `draining` says), resumes the stream where it
+/// stopped, and keeps writes made while disconnected in a bounded outbox until they are
+/// answered, each with a mutation id so that none is applied twice.
+///
+/// Call `run()` in a task of its own for as long as the client is used; `close()` (or
+/// cancelling that task) ends it. `events` has one reader.
+public actor TodostreamClient {
+    /// Everything the daemon sends this client, as typed events, and the connection's
+    /// changes. Bounded by `eventBufferCapacity`: a reader that falls further behind gets
+    /// `.reset` in place of what it missed.
+    public nonisolated let events: AsyncStream<ClientEvent>
+
+    private let configuration: ClientConfiguration
+    private let connector: Connector
+    private let codec = TodoWireCodec()
+    private var logger: Logger
+    private let eventSink: AsyncStream<ClientEvent>.Continuation
+    private var eventsOverflowed = false
+    private var machine: ConnectionStateMachine
+    private var outbox: Outbox
+    private var mutationIDs = MutationIDs()
+    private var frameCounter: UInt64 = 0
+    private var pending: [String: Pending] = [:]
+    private var channel: (any Channel)?
+    private var finished = false
+    /// Why the client stopped, when the daemon stopped it (a refused token).
+    private var stopReason: ClientError?
+
+    private struct Pending {
+        let expected: Event.Kind
+        let continuation: CheckedContinuation<Event, any Error>?
+        let timeout: Task<Void, Never>?
+    }
+
+    public init(
+        _ configuration: ClientConfiguration,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) throws(ClientError) {
+        self.configuration = configuration
+        self.connector = try Connector(configuration: configuration, group: group)
+        self.logger = configuration.logger
+        self.logger[metadataKey: "endpoint"] = "\(configuration.endpoint)"
+        self.machine = ConnectionStateMachine(
+            backoff: configuration.backoff,
+            authenticates: configuration.token != nil && !configuration.endpoint.transport.isWebSocket
+        )
+        self.outbox = Outbox(capacity: configuration.outboxCapacity)
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: ClientEvent.self,
+            bufferingPolicy: .bufferingOldest(max(1, configuration.eventBufferCapacity))
+        )
+        self.events = stream
+        self.eventSink = continuation
+    }
+
+    /// A client for `url` (`tcp://…`, `tls://…`, `ws://…/events`, `wss://…/events`).
+    public init(url: String, token: String? = nil) throws(ClientError) {
+        try self.init(ClientConfiguration(endpoint: try ClientEndpoint(url: url), token: token))
+    }
+
+    // MARK: - Running
+
+    /// Connects, and reconnects after every loss, until `close()` or until the calling task
+    /// is cancelled. Then fails what is still waiting with `closed` and ends `events`.
+    public func run() async {
+        var action = machine.start()
+        while !Task.isCancelled {
+            switch action {
+            case .connect:
+                await connectOnce()
+                if machine.isClosed { break }
+                action = machine.disconnected(random: Double.random(in: 0..<1))
+                continue
+            case .wait(let delay):
+                logger.debug("reconnecting", metadata: ["delay.ms": "\(delay.milliseconds)"])
+                try? await Task.sleep(for: delay)
+                action = machine.waited()
+                continue
+            default:
+                break
+            }
+            break
+        }
+        finish()
+    }
+
+    /// Stops the client: the connection is closed, requests still waiting fail with `closed`.
+    public func close() {
+        _ = machine.close()
+        channel?.close(promise: nil)
+        finish()
+    }
+
+    private func connectOnce() async {
+        let connection: Connector.Connection
+        do {
+            connection = try await connector.connect()
+        } catch {
+            logger.debug("connect failed", metadata: ["error": "\(error)"])
+            return
+        }
+        guard !machine.isClosed else {
+            // Closed meanwhile: close it the way NIOAsyncChannel requires (its writer finished).
+            try? await connection.executeThenClose { _, _ in }
+            return
+        }
+        _ = machine.connected()
+        channel = connection.channel
+        let raw = connection.channel
+        do {
+            try await withTaskCancellationHandler {
+                try await connection.executeThenClose { inbound, _ in
+                    for try await buffer in inbound {
+                        self.received(Array(buffer.readableBytesView))
+                    }
+                }
+            } onCancel: {
+                raw.close(promise: nil)
+            }
+        } catch {
+            logger.debug("connection lost", metadata: ["error": "\(error)"])
+        }
+        channel = nil
+        outbox.connectionLost()
+        // Only a connection the caller was told about is reported lost.
+        if machine.isReady, !finished { emit(.disconnected) }
+    }
+
+    private func finish() {
+        guard !finished else { return }
+        finished = true
+        _ = machine.close()
+        let waiting = pending
+        pending.removeAll()
+        _ = outbox.removeAll()
+        for (_, entry) in waiting {
+            entry.timeout?.cancel()
+            entry.continuation?.resume(throwing: ClientError(.closed, "The client was closed."))
+        }
+        eventSink.finish()
+    }
+
+    // MARK: - Sending
+
+    /// Publishes a view-layer request without waiting for its answer (which still arrives on
+    /// `events`). Writes go through the outbox like `request`'s.
+    public func send(_ event: Event) throws(ClientError) {
+        _ = try enqueue(event)
+    }
+
+    /// Publishes a view-layer request and returns its answer: the response event (which may
+    /// carry an app error, e.g. `not_found`). A write retried after a reconnect that the
+    /// daemon had applied already is answered with its original outcome.
+    public func request(_ event: Event) async throws -> Event {
+        let (id, expected) = try enqueue(event)
+        let timeoutDuration = configuration.requestTimeout
+        return try await withCheckedThrowingContinuation { continuation in
+            let timeout = Task { [weak self] in
+                try? await Task.sleep(for: timeoutDuration)
+                guard !Task.isCancelled else { return }
+                await self?.expire(id)
+            }
+            pending[id] = Pending(expected: expected, continuation: continuation, timeout: timeout)
+        }
+    }
+
+    private func enqueue(_ event: Event) throws(ClientError) -> (id: String, expected: Event.Kind) {
+        guard !finished else { throw stopReason ?? ClientError(.closed, "The client was closed.") }
+        guard let expected = Self.answerKind(of: event) else {
+            throw ClientError(.rejected, "\(event.name) cannot be published by a view.", serverCode: "not_permitted")
+        }
+        frameCounter += 1
+        let id = "c\(frameCounter)"
+        let mid = Self.isWrite(event) ? mutationIDs.next() : nil
+        let frame = OutgoingFrame.request(event, id: id, mid: mid)
+        switch outbox.enqueue(id: id, mid: mid, frame: frame, connectionReady: machine.isReady && channel != nil) {
+        case .full:
+            throw ClientError(
+                .outboxFull,
+                "\(outbox.capacity) requests are waiting for an answer or a connection already; try again later."
+            )
+        case .send(let bytes):
+            write(bytes)
+        case .queued:
+            break
+        }
+        if pending[id] == nil { pending[id] = Pending(expected: expected, continuation: nil, timeout: nil) }
+        return (id, expected)
+    }
+
+    private func expire(_ id: String) {
+        outbox.remove(id: id)
+        guard let entry = pending.removeValue(forKey: id) else { return }
+        let write = entry.expected == .responseTodoViewModel || entry.expected == .responseUpdateDetailViewModel
+        let message =
+            "No answer within \(configuration.requestTimeout) (is the daemon reachable?)"
+            + (write ? "; the write may have been applied." : ".")
+        entry.continuation?.resume(throwing: ClientError(.timeout, message))
+    }
+
+    private func write(_ bytes: [UInt8]) {
+        channel?.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
+    }
+
+    // MARK: - Receiving
+
+    private func received(_ bytes: [UInt8]) {
+        guard let frame = IncomingFrame.decode(bytes) else {
+            logger.debug("unreadable frame from the daemon")
+            return
+        }
+        if let op = frame.op {
+            control(op, frame)
+            return
+        }
+        guard let type = frame.type else { return }
+        let event: Event
+        do {
+            event = try codec.decodeResponse(named: type, frame: bytes)
+        } catch {
+            logger.debug("undecodable event", metadata: ["event.type": "\(type)", "error": "\(error.message)"])
+            return
+        }
+        if let seq = frame.seq, !machine.broadcast(seq: seq) { return }
+        if let re = frame.re, let entry = pending[re], entry.expected == event.kind {
+            pending[re] = nil
+            outbox.remove(id: re)
+            entry.timeout?.cancel()
+            entry.continuation?.resume(returning: event)
+        }
+        // A duplicate's payload is an old state, already delivered when it was first applied.
+        if frame.duplicate != true { emit(.event(event, seq: frame.seq)) }
+    }
+
+    private func control(_ op: String, _ frame: IncomingFrame) {
+        switch op {
+        case "hello":
+            guard let epoch = frame.epoch, let seq = frame.seq else { return }
+            execute(machine.hello(epoch: epoch, seq: seq))
+        case "authenticated":
+            execute(machine.authenticated())
+        case "resumed":
+            execute(machine.resumed())
+        case "gap":
+            guard let epoch = frame.epoch, let seq = frame.seq else { return }
+            execute(machine.gap(epoch: epoch, seq: seq))
+        case "draining":
+            if let milliseconds = frame.reconnectAfterMilliseconds {
+                machine.draining(reconnectAfterMilliseconds: milliseconds)
+            }
+        case "error":
+            rejected(frame)
+        default:
+            break
+        }
+    }
+
+    private func rejected(_ frame: IncomingFrame) {
+        let code = frame.error?.code ?? "unknown"
+        let message = frame.error?.message ?? "The daemon refused the frame."
+        switch frame.re {
+        case "auth":
+            logger.warning("the daemon refused the token")
+            let error = ClientError(.unauthorized, message, serverCode: code)
+            stopReason = error
+            let waiting = pending
+            pending.removeAll()
+            _ = outbox.removeAll()
+            for (_, entry) in waiting {
+                entry.timeout?.cancel()
+                entry.continuation?.resume(throwing: error)
+            }
+            close()
+        case "resume":
+            // The journal could not be read: try again on a new connection.
+            channel?.close(promise: nil)
+        case .some(let re):
+            outbox.remove(id: re)
+            guard let entry = pending.removeValue(forKey: re) else { return }
+            entry.timeout?.cancel()
+            entry.continuation?.resume(throwing: ClientError(.rejected, message, serverCode: code))
+        case .none:
+            logger.debug("daemon error", metadata: ["error.code": "\(code)"])
+        }
+    }
+
+    private func execute(_ action: ConnectionStateMachine.Action) {
+        switch action {
+        case .sendAuth:
+            if let token = configuration.token { write(OutgoingFrame.auth(token: token)) }
+        case .sendResume(let epoch, let after):
+            write(OutgoingFrame.resume(epoch: epoch, after: after))
+        case .ready(let resumed, let reset):
+            if let reset { emit(.reset(seq: reset)) }
+            emit(.connected(resumed: resumed))
+            for frame in outbox.connectionReady() { write(frame) }
+        case .none, .connect, .wait, .stop:
+            break
+        }
+    }
+
+    private func emit(_ event: ClientEvent) {
+        if eventsOverflowed {
+            guard case .enqueued = eventSink.yield(.reset(seq: machine.lastSeq ?? 0)) else { return }
+            eventsOverflowed = false
+        }
+        if case .dropped = eventSink.yield(event) { eventsOverflowed = true }
+    }
+
+    // MARK: - What the stream says about requests
+
+    /// The response that answers a view-layer request; nil for events a view cannot publish.
+    static func answerKind(of event: Event) -> Event.Kind? {
+        switch event {
+        case .requestTodoViewModels: return .responseTodoViewModels
+        case .requestToggleCompleteTodoViewModel, .requestDeleteTodoViewModel: return .responseTodoViewModel
+        case .requestNewTodoDetailViewModel, .requestTodoDetailViewModel: return .responseTodoDetailViewModel
+        case .requestUpdateDetailViewModel: return .responseUpdateDetailViewModel
+        default: return nil
+        }
+    }
+
+    static func isWrite(_ event: Event) -> Bool {
+        switch event {
+        case .requestToggleCompleteTodoViewModel, .requestDeleteTodoViewModel, .requestUpdateDetailViewModel:
+            return true
+        default: return false
+        }
+    }
+
+    /// The client's mutation-id prefix (random, made once per client).
+    public var mutationIDPrefix: String { mutationIDs.prefix }
+
+    /// Requests accepted and not yet answered.
+    public var outboxCount: Int { outbox.count }
+}

@@ -1,0 +1,160 @@
+import ArgumentParser
+import Foundation
+import TodoApp
+import TodostreamClient
+
+struct List: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the todos, newest first.")
+    @OptionGroup var connection: ConnectionOptions
+
+    func run() async throws {
+        try await reporting {
+            let rows = try await connection.withClient { try await $0.list() }
+            for row in rows { print(describe(row)) }
+        }
+    }
+}
+
+struct Add: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create a todo; prints its id.")
+    @OptionGroup var connection: ConnectionOptions
+    @Argument(help: "The title.") var title: String
+    @Option(help: "high or normal.") var priority: PriorityArgument?
+    @Option(help: "A subtitle.") var subtitle: String?
+
+    func run() async throws {
+        try await reporting {
+            let (title, subtitle, priority) = (self.title, self.subtitle, self.priority?.priority)
+            let saved = try await connection.withClient {
+                try await $0.create(title: title, subtitle: subtitle, priority: priority)
+            }
+            print(saved.todo.id.uuidString.lowercased())
+        }
+    }
+}
+
+struct Toggle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Toggle a todo's completion.")
+    @OptionGroup var connection: ConnectionOptions
+    @Argument(help: "The todo's id.") var id: String
+
+    func run() async throws {
+        let id = try parseID(self.id)
+        try await reporting {
+            print(describe(try await connection.withClient { try await $0.toggle(id) }))
+        }
+    }
+}
+
+struct Delete: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Delete a todo.")
+    @OptionGroup var connection: ConnectionOptions
+    @Argument(help: "The todo's id.") var id: String
+
+    func run() async throws {
+        let id = try parseID(self.id)
+        try await reporting {
+            print(describe(try await connection.withClient { try await $0.delete(id) }))
+        }
+    }
+}
+
+struct Edit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Change a todo's title, subtitle or priority.")
+    @OptionGroup var connection: ConnectionOptions
+    @Argument(help: "The todo's id.") var id: String
+    @Option(help: "The new title.") var title: String?
+    @Option(help: "The new subtitle.") var subtitle: String?
+    @Option(help: "high or normal.") var priority: PriorityArgument?
+
+    func validate() throws {
+        if title == nil, subtitle == nil, priority == nil {
+            throw ValidationError("Give at least one of --title, --subtitle, --priority.")
+        }
+    }
+
+    func run() async throws {
+        let id = try parseID(self.id)
+        let edit = TodoEdit(title: title, subtitle: subtitle, priority: priority?.priority)
+        try await reporting {
+            let saved = try await connection.withClient { try await $0.edit(id, edit) }
+            print(describe(TodoViewModel(todo: saved.todo)))
+        }
+    }
+}
+
+struct Watch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the list, then every change as it happens; resumes across reconnects (Ctrl-C to stop)."
+    )
+    @OptionGroup var connection: ConnectionOptions
+    @Flag(help: "One JSON object per line instead of text.") var json = false
+
+    func run() async throws {
+        let json = self.json
+        try await reporting {
+            let client = try connection.makeClient()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                group.addTask {
+                    for await event in client.events {
+                        await Watch.show(event, json: json, client: client)
+                    }
+                }
+            }
+        }
+    }
+
+    private static func show(_ event: ClientEvent, json: Bool, client: TodostreamClient) async {
+        switch event {
+        case .connected(let resumed):
+            if json {
+                output(#"{"event":"connected","resumed":\#(resumed)}"#)
+            } else {
+                output(resumed ? "-- resumed" : "-- connected")
+            }
+            // A new connection (or a reset) shows the whole list again.
+            if !resumed { try? await client.send(.requestTodoViewModels) }
+        case .reset(let seq):
+            output(json ? #"{"event":"reset","seq":\#(seq)}"# : "-- missed changes up to seq \(seq); refetching")
+            try? await client.send(.requestTodoViewModels)
+        case .disconnected:
+            output(json ? #"{"event":"disconnected"}"# : "-- disconnected; reconnecting")
+        case .event(.responseTodoViewModels(.success(let rows)), _):
+            if json {
+                for row in rows { output(line(row, seq: nil, kind: "row")) }
+            } else {
+                output("-- \(rows.count) todos")
+                for row in rows { output(describe(row)) }
+            }
+        case .event(.responseTodoViewModel(.success(let row)), let seq):
+            output(json ? line(row, seq: seq, kind: "change") : describe(row))
+        default:
+            break
+        }
+    }
+
+    private static func line(_ row: TodoViewModel, seq: UInt64?, kind: String) -> String {
+        var object: [String: Any] = [
+            "event": kind,
+            "id": row.todo.id.uuidString.lowercased(),
+            "title": row.title,
+            "subtitle": row.todo.subtitle,
+            "priority": row.todo.priority.rawValue,
+            "complete": row.complete,
+            "deleted": row.deleted,
+            "version": row.todo.version,
+        ]
+        if let seq { object["seq"] = seq }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
+            return "{}"
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// One line on standard output, written at once (`watch` runs until interrupted, often into a
+/// pipe, where `print` would hold lines back).
+func output(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

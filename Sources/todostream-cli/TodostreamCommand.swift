@@ -1,0 +1,148 @@
+import ArgumentParser
+import Foundation
+import TodoApp
+import TodostreamClient
+
+@main
+struct TodostreamCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "todostream",
+        abstract: "A command-line client of todostreamd: list, add, toggle, delete, edit and watch todos.",
+        discussion: """
+            Exit codes:
+              0   success
+              1   the app refused it: not found, validation failed, conflict, unavailable
+              3   no answer in time (daemon unreachable, or TLS refused)
+              4   the daemon refused the frame or the token
+              64  bad usage: arguments, URL, TLS files
+            """,
+        subcommands: [List.self, Add.self, Toggle.self, Delete.self, Edit.self, Watch.self]
+    )
+}
+
+/// The options every subcommand takes.
+struct ConnectionOptions: ParsableArguments {
+    @Option(help: "The daemon: tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/events or wss://HOST:PORT/events.")
+    var url: String = "tcp://127.0.0.1:7878"
+
+    @Option(help: "A view token (when the daemon requires authentication).")
+    var token: String?
+
+    @Option(help: "PEM file of the CA certificates to trust (tls://, wss://).")
+    var caFile: String?
+
+    @Option(help: "PEM file of a client certificate (tls://, wss://).")
+    var cert: String?
+
+    @Option(help: "PEM file of the client certificate's key.")
+    var key: String?
+
+    @Option(help: "Seconds to wait for an answer, reconnects included.")
+    var timeout: Double = 10
+
+    func makeClient() throws -> TodostreamClient {
+        do {
+            let configuration = ClientConfiguration(
+                endpoint: try ClientEndpoint(url: url),
+                token: token,
+                tls: .init(caFile: caFile, certificateFile: cert, keyFile: key),
+                backoff: Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
+                requestTimeout: .milliseconds(Int64(max(timeout, 0.001) * 1000))
+            )
+            return try TodostreamClient(configuration)
+        } catch {
+            throw CLIFailure(error)
+        }
+    }
+
+    /// Runs `body` with a connected client, then closes it.
+    func withClient<T: Sendable>(_ body: @escaping @Sendable (TodostreamClient) async throws -> T) async throws -> T {
+        let client = try makeClient()
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            group.addTask {
+                do {
+                    let value = try await body(client)
+                    await client.close()
+                    return value
+                } catch {
+                    await client.close()
+                    throw CLIFailure(error)
+                }
+            }
+            var answer: T?
+            for try await value in group {
+                if let value { answer = value }
+            }
+            guard let answer else { throw CLIFailure(ClientError(.closed, "The client stopped.")) }
+            return answer
+        }
+    }
+}
+
+/// An error as the CLI reports it: a message on standard error and an exit code.
+struct CLIFailure: Error, CustomStringConvertible {
+    let description: String
+    let exitCode: Int32
+
+    init(_ error: any Error) {
+        if let failure = error as? CLIFailure {
+            self = failure
+            return
+        }
+        switch error {
+        case let error as AppError:
+            description = "\(error.code): \(error.message)"
+            exitCode = 1
+        case let error as ClientError:
+            description = error.message
+            switch error.code {
+            case .invalidURL, .invalidTLSConfiguration: exitCode = ExitCode.validationFailure.rawValue
+            case .timeout, .closed: exitCode = 3
+            default: exitCode = 4
+            }
+        default:
+            description = "\(error)"
+            exitCode = 4
+        }
+    }
+}
+
+extension AsyncParsableCommand {
+    /// Runs `body`; a failure is printed on standard error and becomes the exit code.
+    func reporting(_ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch let failure as CLIFailure {
+            FileHandle.standardError.write(Data("todostream: \(failure.description)\n".utf8))
+            throw ExitCode(failure.exitCode)
+        }
+    }
+}
+
+func parseID(_ text: String) throws -> UUID {
+    guard let id = UUID(uuidString: text) else {
+        throw ValidationError("\(text) is not a todo id (a UUID).")
+    }
+    return id
+}
+
+func describe(_ viewModel: TodoViewModel) -> String {
+    let mark = viewModel.complete ? "[x]" : "[ ]"
+    let priority = viewModel.todo.priority == .high ? " !" : ""
+    let deleted = viewModel.deleted ? " (deleted)" : ""
+    return "\(mark) \(viewModel.todo.id.uuidString.lowercased())  \(viewModel.title)\(priority)\(deleted)"
+}
+
+/// `--priority high|normal`.
+enum PriorityArgument: String, ExpressibleByArgument, CaseIterable {
+    case high
+    case normal
+
+    init?(argument: String) { self.init(rawValue: argument.lowercased()) }
+
+    var priority: TodoPriority { self == .high ? .high : .normal }
+}

@@ -1,0 +1,60 @@
+import ArgumentParser
+import Foundation
+import Testing
+import TodostreamClient
+
+@testable import todostream_cli
+@testable import todostreamd
+
+/// The `todostream` commands against the in-process daemon: what they do, and the exit codes
+/// their failures become.
+@Suite struct CommandLineTests {
+    func exitCode(_ arguments: [String]) async -> Int32 {
+        do {
+            var command = try TodostreamCommand.parseAsRoot(arguments)
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            return 0
+        } catch {
+            return TodostreamCommand.exitCode(for: error).rawValue
+        }
+    }
+
+    @Test func commandsChangeTheListAndFailuresHaveTheirExitCodes() async throws {
+        try await withDaemon { daemon in
+            let url = "tcp://127.0.0.1:\(daemon.tcpPort)"
+            #expect(await exitCode(["add", "from the command line", "--priority", "HIGH", "--url", url]) == 0)
+            let rows = try await daemonList(daemon)
+            let row = try #require(rows.first)
+            #expect(rows.count == 1)
+            #expect(row.title == "from the command line")
+            #expect(row.todo.priority == .high)
+            let id = row.todo.id.uuidString
+            #expect(await exitCode(["toggle", id, "--url", url]) == 0)
+            #expect(await exitCode(["edit", id, "--title", "renamed", "--url", url]) == 0)
+            #expect(await exitCode(["list", "--url", url]) == 0)
+            let edited = try #require(try await daemonList(daemon).first)
+            #expect(edited.complete)
+            #expect(edited.title == "renamed")
+            #expect(edited.todo.version == 3)
+            #expect(await exitCode(["delete", id, "--url", url]) == 0)
+            #expect(try await daemonList(daemon).isEmpty)
+
+            // The app refuses: 1. Bad usage: 64. No answer: 3.
+            #expect(await exitCode(["toggle", UUID().uuidString, "--url", url]) == 1)
+            #expect(await exitCode(["add", "   ", "--url", url]) == 1)
+            #expect(await exitCode(["list", "--url", "http://127.0.0.1:1"]) == 64)
+            #expect(await exitCode(["toggle", "not-an-id", "--url", url]) == 64)
+            #expect(await exitCode(["edit", id, "--url", url]) == 64)
+            #expect(await exitCode(["add", "x", "--priority", "urgent", "--url", url]) == 64)
+            // A listener that accepts and closes at once: never a greeting, so no answer.
+            let proxy = try await CutProxy.start(to: daemon.tcpPort)
+            proxy.refuse(true)
+            #expect(await exitCode(["list", "--timeout", "0.3", "--url", "tcp://127.0.0.1:\(proxy.port)"]) == 3)
+            await proxy.stop()
+        }
+    }
+}

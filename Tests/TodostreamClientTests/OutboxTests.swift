@@ -1,0 +1,58 @@
+import Testing
+
+@testable import TodostreamClient
+
+@Suite struct OutboxTests {
+    @Test func holdsWritesWhileDisconnectedAndSendsThemInOrderOnceReady() {
+        var outbox = Outbox(capacity: 3)
+        check(outbox.enqueue(id: "c1", mid: "m:1", frame: [1], connectionReady: false), .queued)
+        check(outbox.enqueue(id: "c2", mid: "m:2", frame: [2], connectionReady: false), .queued)
+        check(outbox.connectionReady(), [[1], [2]])
+        check(outbox.enqueue(id: "c3", mid: nil, frame: [3], connectionReady: true), .send([3]))
+        #expect(outbox.count == 3)
+    }
+
+    @Test func isBounded() {
+        var outbox = Outbox(capacity: 2)
+        _ = outbox.enqueue(id: "c1", mid: "m:1", frame: [1], connectionReady: false)
+        _ = outbox.enqueue(id: "c2", mid: "m:2", frame: [2], connectionReady: true)
+        check(outbox.enqueue(id: "c3", mid: "m:3", frame: [3], connectionReady: true), .full)
+        check(outbox.enqueue(id: "c4", mid: "m:4", frame: [4], connectionReady: false), .full)
+        outbox.remove(id: "c1")
+        check(outbox.enqueue(id: "c5", mid: "m:5", frame: [5], connectionReady: false), .queued)
+        #expect(outbox.entries.map(\.id) == ["c2", "c5"])
+    }
+
+    @Test func whatWasSentOnALostConnectionIsSentAgainWithItsMid() {
+        var outbox = Outbox(capacity: 4)
+        _ = outbox.enqueue(id: "c1", mid: "m:1", frame: [1], connectionReady: true)
+        _ = outbox.enqueue(id: "c2", mid: "m:2", frame: [2], connectionReady: true)
+        outbox.remove(id: "c1")
+        outbox.connectionLost()
+        #expect(outbox.entries.allSatisfy { !$0.sent })
+        check(outbox.connectionReady(), [[2]])
+        #expect(outbox.entries.map(\.mid) == ["m:2"])
+        check(outbox.remove(id: "c2")?.mid, "m:2")
+        check(outbox.remove(id: "c2"), nil)
+        #expect(outbox.count == 0)
+    }
+}
+
+@Suite struct MutationIDsTests {
+    @Test func randomPrefixAndCounter() {
+        var ids = MutationIDs()
+        #expect(ids.prefix.count == 16)
+        #expect(ids.prefix.allSatisfy { "abcdefghijklmnopqrstuvwxyz234567".contains($0) })
+        let first = ids.next()
+        let second = ids.next()
+        #expect(first == "\(ids.prefix):1")
+        #expect(second == "\(ids.prefix):2")
+        #expect(first.count <= 64)
+        #expect(MutationIDs().prefix != MutationIDs().prefix)
+    }
+}
+
+/// `#expect` for a value made by a mutating call (which the macro cannot take apart).
+func check<T: Equatable>(_ value: T, _ expected: T, sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(value == expected, sourceLocation: sourceLocation)
+}
