@@ -2,7 +2,8 @@
 made while the daemon is away wait in the outbox, are shown at once as pending, and are applied
 exactly once when it is back; a write the daemon refuses (`conflict`, `validation_failed`) is
 rolled back on the page with the daemon's message; and the module on its own (a write whose
-connection breaks is applied once, a retry of its `mid` is a duplicate, the outbox is bounded).
+connection breaks is applied once, a retry of its `mid` is a duplicate, the outbox is bounded,
+ninety toggles with ten in flight survive a SIGKILL of the daemon, each applied exactly once).
 
 The daemon is taken away for real (SIGTERM, `draining`) and started again on the data dir and
 ports it had (`DaemonProcess.start_again`), so the pages reconnect to it by themselves. The final
@@ -307,3 +308,72 @@ def test_the_module_applies_each_write_once_and_bounds_its_outbox(browsers, daem
     # (a doubled first toggle would make it version 5, not complete).
     [stored] = tcp.todos()
     assert stored["todo"]["version"] == 4 and stored["complete"] is True, stored
+
+
+# SIGKILL while writes are in flight: the module's outbox sends every unanswered write again
+# with its mid once the daemon is back, and each is applied exactly once.
+
+KILL_JS = """
+const ids = arguments[0];
+const per = arguments[1];
+window.__kill = { completed: 0, errors: [], finished: false, failed: null };
+(async () => {
+  const { TodoStream } = await import("/todostream.js");
+  const client = new TodoStream({ onReset: async (c) => { await c.request({ type: "RequestTodoViewModels" }); } });
+  const ready = new Promise((resolve) => client.addEventListener("synced", resolve, { once: true }));
+  client.start();
+  await ready;
+  const inflight = new Set();
+  for (let i = 0; i < per; i++) {
+    for (const id of ids) {
+      while (inflight.size >= 10) await Promise.race(inflight);
+      const write = client.write({ type: "RequestToggleCompleteTodoViewModel", payload: { todo: { id } } });
+      const settled = write.done.then((outcome) => {
+        if (outcome.error) window.__kill.errors.push(outcome.error);
+        window.__kill.completed += 1;
+        inflight.delete(settled);
+      });
+      inflight.add(settled);
+    }
+  }
+  await Promise.all(inflight);
+  client.stop();
+  window.__kill.finished = true;
+})().catch((error) => { window.__kill.failed = String(error && error.stack || error); });
+"""
+
+
+def test_writes_through_the_module_are_applied_once_across_a_sigkill_of_the_daemon(browsers, daemon, tcp):
+    driver = browsers[0]
+    driver.get(f"{daemon.http_url}/")
+    ids = [tcp.create(f"Killed under {k}")["todo"]["id"] for k in range(3)]
+    per = 30
+    total = per * len(ids)
+    tcp.close()
+    driver.execute_script(KILL_JS, ids, per)
+
+    def state() -> dict:
+        return driver.execute_script("return window.__kill;")
+
+    deadline = time.monotonic() + RESTART_WAIT
+    while (s := state())["completed"] < total // 4 and not s["failed"]:
+        assert time.monotonic() < deadline, f"the writes did not get going: {s}"
+        time.sleep(0.01)  # polling the page, bounded by the deadline
+    daemon.kill()  # SIGKILL, with up to ten writes unanswered
+    killed_at = state()["completed"]
+    assert killed_at < total, "every write was answered before the kill; the test proves nothing"
+    daemon.start_again()
+    deadline = time.monotonic() + RESTART_WAIT
+    while not (s := state())["finished"] and not s["failed"]:
+        assert time.monotonic() < deadline, f"the outbox did not drain after the restart: {s}"
+        time.sleep(0.05)  # polling the page, bounded by the deadline
+    driver.get("about:blank")
+    assert not s["failed"], s["failed"]
+    assert s["errors"] == [] and s["completed"] == total, s
+
+    with TCPClient(daemon.tcp_port) as check:
+        stored = {todo["todo"]["id"]: todo for todo in check.todos()}
+    for todo_id in ids:
+        # Version 1 is the creation; each toggle adds exactly one, none lost, none doubled.
+        assert stored[todo_id]["todo"]["version"] == 1 + per, (stored[todo_id], killed_at)
+        assert stored[todo_id]["complete"] is (per % 2 == 1)
