@@ -1,0 +1,91 @@
+"""The `todostream` command-line client (on the TodostreamClient library) against the real
+daemon binary: the commands do what they say, and toggles sent while the daemon is SIGKILLed and
+started again (on the data dir and ports it had) are each applied exactly once — a toggle whose
+answer the kill swallowed is sent again with the same `mid` from the library's outbox.
+
+The CLI binary is $TODOSTREAM_CLI, else <repo>/.build/debug/todostream; a missing binary FAILS.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import REPO
+from helpers import LineClient, create_todo, list_todos
+
+
+def cli_binary() -> str:
+    path = os.environ.get("TODOSTREAM_CLI") or str(REPO / ".build" / "debug" / "todostream")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"the CLI binary {path} is missing: run `swift build` first (or set TODOSTREAM_CLI)", pytrace=False)
+    return path
+
+
+def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([cli_binary(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_commands_add_list_toggle_edit_and_delete(daemon):
+    url = f"tcp://127.0.0.1:{daemon.tcp_port}"
+    added = run_cli("add", "From the command line", "--priority", "high", "--url", url)
+    assert added.returncode == 0, added.stderr
+    listed = run_cli("list", "--url", url)
+    assert listed.returncode == 0 and "From the command line" in listed.stdout, listed
+    with LineClient(daemon.tcp_port, name="check") as c:
+        [todo] = list_todos(c)
+    todo_id = todo["todo"]["id"]
+    assert run_cli("toggle", todo_id, "--url", url).returncode == 0
+    assert run_cli("edit", todo_id, "--title", "Renamed", "--url", url).returncode == 0
+    with LineClient(daemon.tcp_port, name="check") as c:
+        [todo] = list_todos(c)
+    assert todo["title"] == "Renamed" and todo["complete"] is True and todo["todo"]["version"] == 3, todo
+    assert run_cli("delete", todo_id, "--url", url).returncode == 0
+    with LineClient(daemon.tcp_port, name="check") as c:
+        assert list_todos(c) == []
+    unknown = run_cli("toggle", "6f1c0000-0000-4000-8000-000000000000", "--url", url)
+    assert unknown.returncode == 1 and "not_found" in (unknown.stderr + unknown.stdout).lower().replace(" ", "_"), unknown
+
+
+def test_toggles_through_the_cli_are_applied_once_across_a_sigkill_of_the_daemon(daemon):
+    url = f"tcp://127.0.0.1:{daemon.tcp_port}"
+    with LineClient(daemon.tcp_port, name="setup") as c:
+        ids = [create_todo(c, f"Killed under {k}")[1]["payload"]["todo"]["id"] for k in range(4)]
+    per = 10
+    total = per * len(ids)
+    done = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def toggler(todo_id: str) -> None:
+        for _ in range(per):
+            result = run_cli("toggle", todo_id, "--url", url, "--timeout", "60", timeout=90)
+            with lock:
+                if result.returncode != 0:
+                    failures.append(f"exit {result.returncode}: {result.stderr.strip()}")
+                done.append(todo_id)
+
+    threads = [threading.Thread(target=toggler, args=(todo_id,), daemon=True) for todo_id in ids]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(done) < total // 4:
+        assert time.monotonic() < deadline, f"the toggles did not get going ({len(done)} done)"
+        time.sleep(0.01)  # polling the threads, bounded by the deadline
+    daemon.kill()  # SIGKILL while toggles are in flight
+    assert len(done) < total, "every toggle was answered before the kill; the test proves nothing"
+    daemon.start_again()
+    for t in threads:
+        t.join(timeout=180)
+        assert not t.is_alive(), "a toggler did not finish"
+    assert failures == [], failures
+    with LineClient(daemon.tcp_port, name="check") as c:
+        stored = {todo["todo"]["id"]: todo for todo in list_todos(c)}
+    for todo_id in ids:
+        # Version 1 is the creation; each toggle adds exactly one, none lost, none doubled.
+        assert stored[todo_id]["todo"]["version"] == 1 + per, stored[todo_id]
+        assert stored[todo_id]["complete"] is (per % 2 == 1)
