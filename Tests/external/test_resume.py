@@ -3,6 +3,7 @@ case over WebSocket): replay of what was missed, `resumed`, then live events wit
 missed or doubled — also while other clients keep writing, and across a daemon restart."""
 
 import threading
+import time
 
 import pytest
 
@@ -197,7 +198,7 @@ def test_resume_while_others_keep_writing_misses_and_doubles_nothing(daemon_fact
                         failures.append(f)
                         return
                     if "seq" in f:
-                        assert f["seq"] > last
+                        assert f["seq"] > last, f"{name} got seq {f['seq']} after {last}: {f}"
                         last = f["seq"]
                         done += 1
                 finals.append(last)
@@ -212,10 +213,22 @@ def test_resume_while_others_keep_writing_misses_and_doubles_nothing(daemon_fact
         for t in threads:
             t.start()
         seen = []
+
+        def next_frame(reader):
+            # A writer that failed stops the broadcasts: report its failure, not the silence.
+            deadline = time.monotonic() + 30
+            while True:
+                assert not failures, failures[:3]
+                try:
+                    return reader.recv(timeout=1)
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{reader.name}: nothing for 30 s after seq {seen[-1:]}") from None
+
         reader = first
         for cut in (300, 1200, 2200):
             while not seen or seen[-1] < start + cut:
-                f = reader.recv(timeout=30)
+                f = next_frame(reader)
                 if "seq" in f and "op" not in f:
                     seen.append(f["seq"])
             reader.close()
@@ -224,7 +237,7 @@ def test_resume_while_others_keep_writing_misses_and_doubles_nothing(daemon_fact
             reader.send({"op": "resume", "id": rid, "epoch": epoch, "after": seen[-1]})
             resumed = None
             while resumed is None:
-                f = reader.recv(timeout=30)
+                f = next_frame(reader)
                 if f.get("re") == rid:
                     resumed = f
                 elif "seq" in f and "op" not in f:
