@@ -211,7 +211,12 @@ final class JournalFollower: Sendable {
         var from = handled
         while from < target {
             let upper = min(target, from + Self.pageSize)
-            let entries = try await originEntries(on: connection, after: from, through: upper)
+            let entries = try await PostgresStore.originEntries(
+                on: connection,
+                after: from,
+                through: upper,
+                logger: logger
+            )
             guard entries.first?.entry.seq == from + 1, entries.last?.entry.seq == upper,
                 entries.count == Int(upper - from)
             else {
@@ -229,29 +234,5 @@ final class JournalFollower: Sendable {
             guard current else { throw DatabaseUnavailable() }
             from = upper
         }
-    }
-
-    /// The entries after `after` through `through`, in seq order, with the batch that wrote each.
-    private func originEntries(
-        on connection: PostgresConnection,
-        after: UInt64,
-        through: UInt64
-    ) async throws -> [(entry: JournalEntry, origin: String?)] {
-        var entries: [(entry: JournalEntry, origin: String?)] = []
-        for try await (seq, type, payload, origin, mid) in try await connection.query(
-            """
-            SELECT seq, type, payload, origin, mid FROM journal
-            WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
-            """,
-            logger: logger
-        ).decode((Int64, String, ByteBuffer, String?, String?).self) {
-            entries.append(
-                (
-                    JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid),
-                    origin
-                )
-            )
-        }
-        return entries
     }
 }

@@ -341,16 +341,30 @@ public actor PostgresStore: ServedStore {
         through: UInt64,
         logger: Logger
     ) async throws -> [JournalEntry] {
-        var entries: [JournalEntry] = []
-        for try await (seq, type, payload, mid) in try await connection.query(
+        try await originEntries(on: connection, after: after, through: through, logger: logger).map(\.entry)
+    }
+
+    /// The entries after `after` through `through`, in seq order, each with the batch that
+    /// wrote it (`origin`, see LocalClaims; nil for entries older than schema step 4).
+    static func originEntries(
+        on connection: PostgresConnection,
+        after: UInt64,
+        through: UInt64,
+        logger: Logger
+    ) async throws -> [(entry: JournalEntry, origin: String?)] {
+        var entries: [(entry: JournalEntry, origin: String?)] = []
+        for try await (seq, type, payload, origin, mid) in try await connection.query(
             """
-            SELECT seq, type, payload, mid FROM journal
+            SELECT seq, type, payload, origin, mid FROM journal
             WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
             """,
             logger: logger
-        ).decode((Int64, String, ByteBuffer, String?).self) {
+        ).decode((Int64, String, ByteBuffer, String?, String?).self) {
             entries.append(
-                JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid)
+                (
+                    JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid),
+                    origin
+                )
             )
         }
         return entries
