@@ -94,24 +94,37 @@ actor LifecycleStore: ServedStore {
         #expect(Array(events.dropFirst(2)) == ["stopped following", "closed", "connections stopped"])
     }
 
-    /// SIGHUP reloads through the signal service; SIGTERM then ends `run()` by itself, with no
-    /// `shutdown()` call, and the store closes once.
-    @Test func aHangupReloadsAndATermStopsThroughTheSignalService() async throws {
+    /// A daemon started from a config file with `limits.max_subscriptions` set, with signals the
+    /// test raises and a resolver that reads the file again; `rewrite(n)` changes the setting.
+    static func reloadableDaemon(
+        maxSubscriptions: Int
+    ) async throws -> (Daemon, LifecycleStore, AsyncStream<UnixSignal>.Continuation, (Int) throws -> Void) {
         let path = NSTemporaryDirectory() + "lifecycle-\(UUID().uuidString).yaml"
-        let config = "storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: "
-        try Data((config + "5\n").utf8).write(to: URL(fileURLWithPath: path))
+        let rewrite: (Int) throws -> Void = { value in
+            let config =
+                "storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: \(value)\n"
+            try Data(config.utf8).write(to: URL(fileURLWithPath: path))
+        }
+        try rewrite(maxSubscriptions)
         let settings = try SettingsOptions.parse(["--config", path])
         let store = await LifecycleStore()
         let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
         let daemon = try await Daemon.start(
             try settings.resolve(environment: [:]),
-            logger: Self.logger,
+            logger: logger,
             signals: signals,
             store: store,
             resolver: { try settings.resolve(environment: [:]) }
         )
+        return (daemon, store, raise, rewrite)
+    }
+
+    /// SIGHUP reloads through the signal service; SIGTERM then ends `run()` by itself, with no
+    /// `shutdown()` call, and the store closes once.
+    @Test func aHangupReloadsAndATermStopsThroughTheSignalService() async throws {
+        let (daemon, store, raise, rewrite) = try await Self.reloadableDaemon(maxSubscriptions: 5)
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
-        try Data((config + "7\n").utf8).write(to: URL(fileURLWithPath: path))
+        try rewrite(7)
         raise.yield(.sighup)
         raise.yield(.sigterm)
         try await daemon.run()
@@ -159,20 +172,8 @@ actor LifecycleStore: ServedStore {
     /// Signals after the signal service stopped (during the drain) are trapped and ignored: a
     /// second stop is not a second shutdown, a reload does not happen.
     @Test func signalsDuringTheDrainAreIgnored() async throws {
-        let path = NSTemporaryDirectory() + "lifecycle-\(UUID().uuidString).yaml"
-        let config = "storage: memory\nlisten:\n  tcp: 127.0.0.1:0\n  http: off\nlimits:\n  max_subscriptions: "
-        try Data((config + "5\n").utf8).write(to: URL(fileURLWithPath: path))
-        let settings = try SettingsOptions.parse(["--config", path])
-        let store = await LifecycleStore()
-        let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
-        let daemon = try await Daemon.start(
-            try settings.resolve(environment: [:]),
-            logger: Self.logger,
-            signals: signals,
-            store: store,
-            resolver: { try settings.resolve(environment: [:]) }
-        )
-        try Data((config + "7\n").utf8).write(to: URL(fileURLWithPath: path))
+        let (daemon, store, raise, rewrite) = try await Self.reloadableDaemon(maxSubscriptions: 5)
+        try rewrite(7)
         raise.yield(.sigterm)
         raise.yield(.sighup)
         raise.yield(.sigterm)
