@@ -19,6 +19,39 @@ public struct Timestamp: Sendable, Hashable, Comparable {
         let minute = (msOfDay / 60_000) % 60
         let second = (msOfDay / 1000) % 60
         let milli = msOfDay % 1000
+        if (0...9999).contains(year) {
+            // The usual case: 24 ASCII bytes written in place (no intermediate strings).
+            return String(unsafeUninitializedCapacity: 24) { buffer in
+                var index = 0
+                func digits(_ value: Int64, _ width: Int) {
+                    var rest = value
+                    for offset in stride(from: width - 1, through: 0, by: -1) {
+                        buffer[index + offset] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+                        rest /= 10
+                    }
+                    index += width
+                }
+                func byte(_ character: Unicode.Scalar) {
+                    buffer[index] = UInt8(ascii: character)
+                    index += 1
+                }
+                digits(year, 4)
+                byte("-")
+                digits(month, 2)
+                byte("-")
+                digits(day, 2)
+                byte("T")
+                digits(hour, 2)
+                byte(":")
+                digits(minute, 2)
+                byte(":")
+                digits(second, 2)
+                byte(".")
+                digits(milli, 3)
+                byte("Z")
+                return index
+            }
+        }
         return
             "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
     }

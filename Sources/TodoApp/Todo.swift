@@ -51,7 +51,7 @@ extension Todo {
 
     /// Trims a title and checks it: non-empty, at most 1,000 Unicode scalars.
     public static func validatedTitle(_ raw: String) -> Result<String, AppError> {
-        let title = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+        let title = trimmed(raw)
         if title.isEmpty {
             return .failure(AppError(code: .validationFailed, message: "Please add a title.", field: "title"))
         }
@@ -66,6 +66,21 @@ extension Todo {
             )
         }
         return .success(title)
+    }
+
+    /// `raw` without leading and trailing white space and newlines. Text that starts and ends
+    /// with printable ASCII (the usual case) is returned as it is: every other scalar's UTF-8
+    /// form starts and ends with a byte of 0x80 or more.
+    static func trimmed(_ raw: String) -> String {
+        let utf8 = raw.utf8
+        if let first = utf8.first, let last = utf8.last, isPrintableASCII(first), isPrintableASCII(last) {
+            return raw
+        }
+        return raw.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    private static func isPrintableASCII(_ byte: UInt8) -> Bool {
+        byte > 0x20 && byte < 0x7F
     }
 
     public static func validatedSubtitle(_ raw: String) -> Result<String, AppError> {

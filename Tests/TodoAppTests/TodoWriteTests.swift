@@ -132,5 +132,25 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
         #expect(Timestamp(millisecondsSince1970: 1_700_000_000_123).rfc3339 == "2023-11-14T22:13:20.123Z")
         #expect(Timestamp(millisecondsSince1970: 951_782_400_000).rfc3339 == "2000-02-29T00:00:00.000Z")
         #expect(Timestamp(millisecondsSince1970: -1).rfc3339 == "1969-12-31T23:59:59.999Z")
+        // The first and last instants the in-place writer takes, and one on each side of them.
+        #expect(Timestamp(millisecondsSince1970: -62_167_219_200_000).rfc3339 == "0000-01-01T00:00:00.000Z")
+        #expect(Timestamp(millisecondsSince1970: 253_402_300_799_999).rfc3339 == "9999-12-31T23:59:59.999Z")
+        #expect(Timestamp(millisecondsSince1970: 253_402_300_800_000).rfc3339 == "10000-01-01T00:00:00.000Z")
+        // Whatever it writes reads back as the same instant.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<1000 {
+            let ms = Int64.random(in: -62_167_219_200_000...253_402_300_799_999, using: &generator)
+            #expect(Timestamp(rfc3339: Timestamp(millisecondsSince1970: ms).rfc3339)?.millisecondsSince1970 == ms)
+        }
+    }
+
+    @Test func titlesAreTrimmedOfWhiteSpaceAtBothEnds() {
+        #expect(Todo.trimmed("plain title") == "plain title")
+        #expect(Todo.trimmed("  padded\t\n") == "padded")
+        #expect(Todo.trimmed("\u{00A0}no-break space\u{2003}") == "no-break space")
+        #expect(Todo.trimmed("ends in é") == "ends in é")
+        #expect(Todo.trimmed("\u{2028}") == "")
+        #expect(Todo.trimmed("x") == "x")
+        #expect(Todo.trimmed("") == "")
     }
 }
