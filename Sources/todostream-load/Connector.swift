@@ -1,7 +1,5 @@
 import NIOCore
-import NIOHTTP1
 import NIOPosix
-import NIOWebSocket
 
 #if canImport(Glibc)
 import Glibc
@@ -138,21 +136,8 @@ final class Connector: Sendable {
                         try channel.pipeline.syncOperations.addHandler(connection)
                     }
                 }
-                let bound = NIOLoopBound(connection, eventLoop: channel.eventLoop)
-                let upgrader = NIOWebSocketClientUpgrader(maxFrameSize: 1 << 20, automaticErrorHandling: true) {
-                    channel,
-                    _ in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers(WebSocketLines(), bound.value)
-                    }
-                }
                 return channel.eventLoop.makeCompletedFuture {
-                    // The hello can arrive in the same read as the 101: keep those bytes.
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers(
-                        leftOverBytesStrategy: .forwardBytes,
-                        withClientUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
-                    )
-                    try channel.pipeline.syncOperations.addHandler(UpgradeRequester(host: hostHeader))
+                    try channel.pipeline.syncOperations.addHandlers(WebSocketLines(host: hostHeader), connection)
                 }
             }
         if let source = sourceAddress(for: index) {
