@@ -1,0 +1,60 @@
+"""The project's load tool (`todostream-load`) against the real daemon, over TCP and over
+WebSocket: the benchmarks' figures are only as good as its clients. Each scenario must finish
+with answers, no failures, no gaps and no errors on either transport (its WebSocket client reads
+frames itself; a framing mistake shows up here as errors, gaps or nothing delivered).
+
+The binary is $TODOSTREAM_LOAD, else <repo>/.build/debug/todostream-load; a missing binary FAILS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+
+def load_binary() -> str:
+    path = os.environ.get("TODOSTREAM_LOAD") or str(REPO / ".build" / "debug" / "todostream-load")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"the load tool {path} is missing: run `swift build` first (or set TODOSTREAM_LOAD)", pytrace=False)
+    return path
+
+
+def run_load(*args: str) -> dict:
+    done = subprocess.run([load_binary(), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def port_for(daemon, transport: str) -> int:
+    return daemon.http_port if transport == "ws" else daemon.tcp_port
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_mixed_requests_are_all_answered(daemon, transport):
+    result = run_load(
+        "request", "--target", "todostreamd", "--transport", transport, "--port", str(port_for(daemon, transport)),
+        "--clients", "4", "--duration", "1", "--publish", "mixed",
+    )
+    assert result["transport"] == transport
+    assert result["requests"] > 0, result
+    assert result["failed"] == 0 and result["errors"] == {} and result["closed_by_server"] == 0, result
+    # Every kind of request of the mix was sent and answered.
+    assert all(kind["requests"] > 0 for kind in result["by_kind"].values()), result["by_kind"]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_fanout_delivers_every_edit_to_every_subscriber_in_order(daemon, transport):
+    result = run_load(
+        "fanout", "--target", "todostreamd", "--transport", transport, "--port", str(port_for(daemon, transport)),
+        "--subscribers", "20", "--duration", "1", "--publish", "edit", "--rate", "100",
+    )
+    assert result["published"] > 0, result
+    assert result["delivered"] > 0 and result["latency_samples"] > 0, result
+    for field in ("undelivered", "gaps", "duplicates", "unmatched", "seq_mismatches", "closed_by_server"):
+        assert result[field] == 0, (field, result)
+    assert result["errors"] == {} and result["setup_failures"] == {}, result
