@@ -18,7 +18,12 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
 
-    private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+    private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:] {
+        didSet { sortedTodos = nil }
+    }
+    /// Every committed todo in list order, kept from one list read to the next until `todos`
+    /// changes (a list read would otherwise copy and sort them all each time).
+    private var sortedTodos: [Todo]?
     private var nextRowID: Int64 = 1
     private var epoch: String
     private var head: UInt64
@@ -160,9 +165,20 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     /// The todos a read sees: `staged` over what is committed.
     private func todos(id: UUID?, staged: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
         if let id { return (staged[id] ?? todos[id]).map { [$0.todo] } ?? [] }
-        var all = todos
-        for (id, entry) in staged { all[id] = entry }
-        return all.values
+        guard staged.isEmpty else {
+            var all = todos
+            for (id, entry) in staged { all[id] = entry }
+            return Self.listOrder(all)
+        }
+        if let sortedTodos { return sortedTodos }
+        let sorted = Self.listOrder(todos)
+        sortedTodos = sorted
+        return sorted
+    }
+
+    /// Newest first; todos created in the same millisecond, the one stored last first.
+    private static func listOrder(_ todos: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
+        todos.values
             .sorted { lhs, rhs in
                 lhs.todo.createdAt != rhs.todo.createdAt
                     ? lhs.todo.createdAt > rhs.todo.createdAt : lhs.rowID > rhs.rowID

@@ -93,6 +93,32 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         }
     }
 
+    @Test func listReadsSeeEveryCommittedChangeAndTheirOwnBatchsWrites() async throws {
+        let (store, _) = await GroupCommitStore.inMemory()
+        let first = try await create(store, "first")
+        #expect(try await store.readTodos(id: nil).map(\.title) == ["first"])
+        // A list read after a create, a toggle and a failed commit sees what is committed.
+        let second = try await create(store, "second")
+        #expect(try await store.readTodos(id: nil).map(\.title) == ["second", "first"])
+        _ = try await store.write(TodoWrite(id: first.todo.id, expectedVersion: nil, change: .toggleComplete)).get()
+        #expect(try await store.readTodos(id: nil).map(\.complete) == [false, true])
+        // Inside one batch a list read sees the writes staged before it, and the next one
+        // (after the commit) sees them too.
+        let third = UUID()
+        let answers = await store.execute([
+            .write(TodoWrite(id: third, expectedVersion: 0, change: .update(TodoEdit(title: "third")))),
+            .read(ReadTodos(id: nil, purpose: .list)),
+        ])
+        guard case .read(.success(let listed)) = answers.last else {
+            Issue.record("expected a list, got \(answers)")
+            return
+        }
+        #expect(listed.map(\.title) == ["third", "second", "first"])
+        #expect(try await store.readTodos(id: nil).map(\.title) == ["third", "second", "first"])
+        _ = try await store.write(TodoWrite(id: second.todo.id, expectedVersion: nil, change: .delete)).get()
+        #expect(try await store.readTodos(id: nil).map(\.deleted) == [false, true, false])
+    }
+
     @Test func aStoreFailureAnswersUnavailableAndChangesNothing() async throws {
         let (store, faults) = await GroupCommitStore.inMemory()
         let saved = try await create(store, "kept")
