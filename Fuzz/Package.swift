@@ -39,6 +39,14 @@ let package = Package(
     targets: [
         fuzzTarget("fuzz-client-frame", [.product(name: "Relay", package: "todostream")]),
         fuzzTarget("fuzz-request-payload", [.product(name: "TodoApp", package: "todostream")]),
+        fuzzTarget(
+            "fuzz-fast-json",
+            [
+                .product(name: "Relay", package: "todostream"),
+                .product(name: "TodoApp", package: "todostream"),
+                .product(name: "EventStream", package: "todostream"),
+            ]
+        ),
         fuzzTarget("fuzz-line-decoder", [.product(name: "Relay", package: "todostream")] + nio),
         fuzzTarget("fuzz-redactor", [.product(name: "Relay", package: "todostream")] + nio),
         fuzzTarget(

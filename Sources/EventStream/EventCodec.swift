@@ -18,5 +18,16 @@ public protocol EventCodec<Event>: Sendable {
     /// Decodes the payload of a client frame (the whole frame's JSON bytes) that names a
     /// publishable request type.
     func decodeRequest(named name: String, frame: [UInt8]) throws(PayloadError) -> Event
+    /// The same, given the frame's root object when `JSONValue.parse` read the frame (nil
+    /// when it did not). The result, or the error, is the one `decodeRequest(named:frame:)`
+    /// gives for the same frame.
+    func decodeRequest(named name: String, frame: [UInt8], parsed: JSONObject?) throws(PayloadError) -> Event
     func encodeBody(_ event: Event) -> EncodedBody
+}
+
+extension EventCodec {
+    /// Decodes from the bytes alone, for codecs without a reader of parsed frames.
+    public func decodeRequest(named name: String, frame: [UInt8], parsed: JSONObject?) throws(PayloadError) -> Event {
+        try decodeRequest(named: name, frame: frame)
+    }
 }

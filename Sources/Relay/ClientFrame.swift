@@ -19,8 +19,10 @@ enum FrameField<Value> {
     }
 }
 
+extension FrameField: Equatable where Value: Equatable {}
+
 /// The control fields of a client frame (payloads are left to the app's codec).
-struct ClientFrame: Decodable {
+struct ClientFrame: Decodable, Equatable {
     var type: FrameField<String> = .absent
     var op: FrameField<String> = .absent
     var id: FrameField<CorrelationID> = .absent
@@ -73,11 +75,70 @@ struct ClientFrame: Decodable {
         }
     }
 
-    enum ParseError: Error {
-        case notJSONObject
+    /// A frame and, when `JSONValue.parse` read it, its root object (for the codec's
+    /// `decodeRequest(named:frame:parsed:)`).
+    struct Parsed {
+        let frame: ClientFrame
+        let root: JSONObject?
     }
 
-    static func parse(_ bytes: [UInt8]) -> ClientFrame? {
+    /// The frame's control fields; nil when it is not a JSON object. Most frames are read by
+    /// `JSONValue.parse`; the rest (escapes, fractions, duplicate keys, invalid JSON…) by
+    /// JSONDecoder, as `decoded(from:)` does, with the same result.
+    static func parse(_ bytes: [UInt8]) -> Parsed? {
+        if case .object(let root) = JSONValue.parse(bytes) {
+            return Parsed(frame: ClientFrame(root: root), root: root)
+        }
+        return decoded(from: bytes).map { Parsed(frame: $0, root: nil) }
+    }
+
+    /// The frame as JSONDecoder reads it: the reference for the fields `init(root:)` reads.
+    static func decoded(from bytes: [UInt8]) -> ClientFrame? {
         try? JSONDecoder().decode(ClientFrame.self, from: Data(bytes))
+    }
+
+    /// The fields of a parsed root object, each as `init(from:)` reads it: a present key whose
+    /// value is null or of another type is `.invalid`.
+    init(root: JSONObject) {
+        type = Self.field(root["type"], Self.string)
+        op = Self.field(root["op"], Self.string)
+        types = Self.field(root["types"]) { value in
+            guard case .array(let elements) = value else { return nil }
+            var texts: [String] = []
+            texts.reserveCapacity(elements.count)
+            for element in elements {
+                guard case .string(let text) = element else { return nil }
+                texts.append(text)
+            }
+            return texts
+        }
+        token = Self.field(root["token"], Self.string)
+        epoch = Self.field(root["epoch"], Self.string)
+        after = Self.field(root["after"]) { value in
+            guard case .integer(let number) = value else { return nil }
+            return UInt64(exactly: number)
+        }
+        id = Self.field(root["id"]) { value in
+            switch value {
+            case .integer(let number): return .integer(number)
+            case .string(let text) where (1...64).contains(text.count): return .string(text)
+            default: return nil
+            }
+        }
+        mid = Self.field(root["mid"]) { value in
+            guard case .string(let text) = value, (1...64).contains(text.count) else { return nil }
+            return text
+        }
+    }
+
+    private static func field<T>(_ value: JSONValue?, _ read: (JSONValue) -> T?) -> FrameField<T> {
+        guard let value else { return .absent }
+        guard let read = read(value) else { return .invalid }
+        return .value(read)
+    }
+
+    private static func string(_ value: JSONValue) -> String? {
+        guard case .string(let text) = value else { return nil }
+        return text
     }
 }

@@ -12,6 +12,14 @@ public enum RelayProbe {
         ClientFrame.parse(bytes) != nil
     }
 
+    /// Parses a client frame and decodes its request, as a session does for every request it
+    /// publishes (the frame is parsed once for both); nil when the frame names no type or its
+    /// payload does not decode.
+    public static func decodeRequest<Codec: EventCodec>(_ bytes: [UInt8], codec: Codec) -> Codec.Event? {
+        guard let parsed = ClientFrame.parse(bytes), case .value(let name) = parsed.frame.type else { return nil }
+        return try? codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root)
+    }
+
     /// Builds an event frame exactly as the daemon sends it.
     public static func eventFrame(
         seq: UInt64?,

@@ -294,11 +294,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func handle(frame bytes: [UInt8]) {
         shard?.framesIn += 1
-        guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes) else {
+        guard Self.isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes) else {
             releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
             return
         }
+        let frame = parsed.frame
         if frame.op.value != "resume" { releaseStartHold() }
         if case .invalid = frame.id {
             releaseStartHold()
@@ -319,7 +320,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         switch (frame.type, frame.op) {
         case (.value(let type), .absent):
             guard authentication.isAuthenticated else { return refuseUnauthenticated(re) }
-            publish(type: type, bytes: bytes, re: re, mid: frame.mid.value)
+            publish(type: type, bytes: bytes, root: parsed.root, re: re, mid: frame.mid.value)
         case (.absent, .value(let op)):
             guard authentication.isAuthenticated || op == "ping" || op == "auth" else {
                 return refuseUnauthenticated(re)
@@ -346,7 +347,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     // MARK: Publishing
 
-    private func publish(type name: String, bytes: [UInt8], re: CorrelationID?, mid: String?) {
+    private func publish(type name: String, bytes: [UInt8], root: JSONObject?, re: CorrelationID?, mid: String?) {
         guard let descriptor = catalog[name] else {
             sendError(.unknownType, "Unknown event type \(name).", re)
             return
@@ -361,7 +362,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         let event: Codec.Event
         do {
-            event = try services.hub.codec.decodeRequest(named: name, frame: bytes)
+            event = try services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: root)
         } catch {
             sendError(.invalidPayload, error.message, re)
             return
@@ -383,12 +384,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return nil
         }
         let bytes = Array(buffer.readableBytesView)
-        guard Self.isValidUTF8(bytes), let frame = ClientFrame.parse(bytes), case .absent = frame.op,
-            case .value(let name) = frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
+        guard Self.isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
+            case .value(let name) = parsed.frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
         else { return nil }
+        let frame = parsed.frame
         if case .invalid = frame.id { return nil }
         if case .invalid = frame.mid { return nil }
-        guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes) else { return nil }
+        guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root)
+        else { return nil }
         let limits = configuration
         guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else { return nil }
         return PreparedRequest(name: name, event: decoded, re: frame.id.value, mid: frame.mid.value)

@@ -11,6 +11,13 @@ public struct TodoWireCodec: EventCodec {
     public var catalog: EventCatalog { Event.catalog }
 
     public func decodeRequest(named name: String, frame: [UInt8]) throws(PayloadError) -> Event {
+        try decodeRequest(named: name, frame: frame, parsed: nil)
+    }
+
+    /// Reads the payload from `parsed` when it has the plain shape of a valid request; for
+    /// anything else (a wrong type, a missing field) decodes `frame` with JSONDecoder, whose
+    /// errors name the field. Both ways end in the same checks.
+    public func decodeRequest(named name: String, frame: [UInt8], parsed: JSONObject?) throws(PayloadError) -> Event {
         guard let kind = Event.Kind(rawValue: name) else {
             throw PayloadError(message: "Unknown event type \(name).")
         }
@@ -18,29 +25,14 @@ public struct TodoWireCodec: EventCodec {
         case .requestTodoViewModels: return .requestTodoViewModels
         case .requestNewTodoDetailViewModel: return .requestNewTodoDetailViewModel
         case .requestToggleCompleteTodoViewModel:
-            return .requestToggleCompleteTodoViewModel(try reference(in: frame))
+            return .requestToggleCompleteTodoViewModel(try reference(in: frame, parsed: parsed))
         case .requestDeleteTodoViewModel:
-            return .requestDeleteTodoViewModel(try reference(in: frame))
+            return .requestDeleteTodoViewModel(try reference(in: frame, parsed: parsed))
         case .requestTodoDetailViewModel:
-            return .requestTodoDetailViewModel(try reference(in: frame))
+            return .requestTodoDetailViewModel(try reference(in: frame, parsed: parsed))
         case .requestUpdateDetailViewModel:
-            let payload = try decode(DetailPayload.self, from: frame)
-            let todo = try payload.todo.reference(path: "payload.todo")
-            var priority: TodoPriority?
-            if let raw = payload.priority {
-                guard let value = TodoPriority(rawValue: raw.lowercased()) else {
-                    throw PayloadError(message: "payload.priority must be \"high\" or \"normal\".")
-                }
-                priority = value
-            }
-            let edit = TodoEdit(
-                title: payload.title,
-                subtitle: payload.subtitle,
-                priority: priority,
-                completed: payload.completed,
-                deleted: payload.deleted
-            )
-            return .requestUpdateDetailViewModel(TodoDetailInput(todo: todo, edit: edit))
+            let payload = try decode(DetailPayload.self, from: frame, parsed: parsed)
+            return .requestUpdateDetailViewModel(try payload.input())
         default:
             throw PayloadError(message: "\(name) cannot be published.")
         }
@@ -137,8 +129,18 @@ public struct TodoWireCodec: EventCodec {
         )
     }
 
-    private func reference(in frame: [UInt8]) throws(PayloadError) -> TodoReference {
-        try decode(ViewModelPayload.self, from: frame).todo.reference(path: "payload.todo")
+    private func reference(in frame: [UInt8], parsed: JSONObject?) throws(PayloadError) -> TodoReference {
+        try decode(ViewModelPayload.self, from: frame, parsed: parsed).todo.reference(path: "payload.todo")
+    }
+
+    /// The payload read from the parsed frame when it has the plain shape, else from the bytes.
+    private func decode<P: ParsedPayload>(
+        _ type: P.Type,
+        from frame: [UInt8],
+        parsed: JSONObject?
+    ) throws(PayloadError) -> P {
+        if let payload = P(payloadOf: parsed) { return payload }
+        return try decode(type, from: frame)
     }
 
     private func decode<P: Decodable>(_ type: P.Type, from frame: [UInt8]) throws(PayloadError) -> P {
@@ -197,6 +199,22 @@ private struct ReferencePayload: Decodable {
     let id: String
     let version: Int?
 
+    /// The reference when `value` is an object with `id` a string and `version` absent, null
+    /// or an integer; nil for anything else.
+    init?(_ value: JSONValue?) {
+        guard case .object(let object) = value, case .string(let id) = object["id"] else { return nil }
+        switch object["version"] {
+        case nil, .null?:
+            version = nil
+        case .integer(let number)?:
+            guard let number = Int(exactly: number) else { return nil }
+            version = number
+        default:
+            return nil
+        }
+        self.id = id
+    }
+
     func reference(path: String) throws(PayloadError) -> TodoReference {
         guard let uuid = UUID(canonical: id) else {
             throw PayloadError(message: "\(path).id must be a UUID string.")
@@ -224,17 +242,93 @@ private struct StoredViewModel: Decodable {
     let todo: StoredTodo
 }
 
-private struct ViewModelPayload: Decodable {
-    let todo: ReferencePayload
+/// A payload that can also be read from a parsed frame, when it has the plain shape of a valid
+/// one: the same fields of the same types, absent or null where optional. Anything else is
+/// left to its `Decodable` reading, whose errors name the field.
+private protocol ParsedPayload: Decodable {
+    /// nil unless `root` (a frame's root object) has a `payload` of the plain shape.
+    init?(payloadOf root: JSONObject?)
 }
 
-private struct DetailPayload: Decodable {
+extension ParsedPayload {
+    /// The frame's `payload` when it is an object.
+    static func payloadObject(of root: JSONObject?) -> JSONObject? {
+        guard case .object(let payload) = root?["payload"] else { return nil }
+        return payload
+    }
+}
+
+private struct ViewModelPayload: ParsedPayload {
+    let todo: ReferencePayload
+
+    init?(payloadOf root: JSONObject?) {
+        guard let payload = Self.payloadObject(of: root), let todo = ReferencePayload(payload["todo"]) else {
+            return nil
+        }
+        self.todo = todo
+    }
+}
+
+private struct DetailPayload: ParsedPayload {
     let todo: ReferencePayload
     let title: String?
     let subtitle: String?
     let priority: String?
     let completed: Bool?
     let deleted: Bool?
+
+    init?(payloadOf root: JSONObject?) {
+        guard let payload = Self.payloadObject(of: root), let todo = ReferencePayload(payload["todo"]),
+            case .some(let title) = Self.string(payload["title"]),
+            case .some(let subtitle) = Self.string(payload["subtitle"]),
+            case .some(let priority) = Self.string(payload["priority"]),
+            case .some(let completed) = Self.bool(payload["completed"]),
+            case .some(let deleted) = Self.bool(payload["deleted"])
+        else { return nil }
+        self.todo = todo
+        self.title = title
+        self.subtitle = subtitle
+        self.priority = priority
+        self.completed = completed
+        self.deleted = deleted
+    }
+
+    /// `.some(nil)` for an absent or null field, `.some(text)` for a string, nil otherwise.
+    private static func string(_ value: JSONValue?) -> String?? {
+        switch value {
+        case nil, .null?: return .some(nil)
+        case .string(let text)?: return .some(text)
+        default: return nil
+        }
+    }
+
+    private static func bool(_ value: JSONValue?) -> Bool?? {
+        switch value {
+        case nil, .null?: return .some(nil)
+        case .bool(let flag)?: return .some(flag)
+        default: return nil
+        }
+    }
+
+    /// The request the payload stands for, with the same checks whichever way it was read.
+    func input() throws(PayloadError) -> TodoDetailInput {
+        let todo = try todo.reference(path: "payload.todo")
+        var priority: TodoPriority?
+        if let raw = self.priority {
+            guard let value = TodoPriority(rawValue: raw.lowercased()) else {
+                throw PayloadError(message: "payload.priority must be \"high\" or \"normal\".")
+            }
+            priority = value
+        }
+        let edit = TodoEdit(
+            title: title,
+            subtitle: subtitle,
+            priority: priority,
+            completed: completed,
+            deleted: deleted
+        )
+        return TodoDetailInput(todo: todo, edit: edit)
+    }
 }
 
 extension JSONWriter {

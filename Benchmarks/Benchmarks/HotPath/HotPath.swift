@@ -41,8 +41,7 @@ let benchmarks: @Sendable () -> Void = {
 
     Benchmark("Frame decode (control fields + payload)") { benchmark in
         for _ in benchmark.scaledIterations {
-            blackHole(RelayProbe.parseClientFrame(toggleFrame))
-            blackHole(try? codec.decodeRequest(named: "RequestToggleCompleteTodoViewModel", frame: toggleFrame))
+            blackHole(RelayProbe.decodeRequest(toggleFrame, codec: codec))
         }
     }
 
@@ -84,7 +83,9 @@ let benchmarks: @Sendable () -> Void = {
         configuration: .init(metrics: defaultMetrics, scalingFactor: .one, maxDuration: .seconds(2))
     ) { benchmark, fixture in
         for _ in benchmark.scaledIterations {
-            let request: Sequencer<Event>.Request = (.requestToggleCompleteTodoViewModel(TodoReference(id: todoID)), fixture.origin)
+            let request: Sequencer<Event>.Request = (
+                .requestToggleCompleteTodoViewModel(TodoReference(id: todoID)), fixture.origin
+            )
             fixture.sink.deliver(await fixture.bus.run([request]), answering: [fixture.origin])
         }
     } setup: {

@@ -1,0 +1,106 @@
+import EventStream
+import Testing
+
+@testable import Relay
+
+/// `ClientFrame.parse` reads most frames with `JSONValue.parse` and the rest with JSONDecoder;
+/// whichever way, its fields are those JSONDecoder's reading (`decoded(from:)`) gives.
+@Suite struct ClientFrameTests {
+    private static let long = String(repeating: "x", count: 64)
+    /// 64 characters of two scalars each (e + U+0301).
+    private static let accented = String(repeating: "e\u{301}", count: 64)
+
+    /// Frames the fast parser reads itself.
+    static let plainFrames = [
+        #"{"type":"RequestToggleCompleteTodoViewModel","id":7,"payload":{"todo":{"id":"x","version":3}}}"#,
+        #"{"op":"subscribe","types":["Response*","*"],"id":"a"}"#,
+        #"{"op":"subscribe","types":[],"id":-9223372036854775808}"#,
+        #"{"op":"resume","epoch":"e","after":12}"#,
+        #"{"op":"resume","epoch":"e","after":0,"id":9223372036854775807}"#,
+        #"{"op":"auth","token":"s3cret","mid":"m"}"#,
+        "  {\"op\":\"ping\"}\r\n\t ",
+        "{}",
+        // Present but of the wrong type, or null: invalid.
+        #"{"type":null,"op":5,"id":null,"mid":null,"types":null,"token":null,"epoch":null,"after":null}"#,
+        #"{"type":true,"op":{},"id":true,"mid":7,"types":"x","token":[],"epoch":1,"after":"1"}"#,
+        #"{"types":["a",1],"after":-1,"id":[],"mid":{"a":1}}"#,
+        #"{"types":[null],"id":{},"mid":["m"]}"#,
+        // Strings of characters, not bytes or scalars.
+        #"{"id":"","mid":""}"#,
+        "{\"id\":\"\(long)\",\"mid\":\"\(long)\"}",
+        "{\"id\":\"\(long)x\",\"mid\":\"\(long)x\"}",
+        "{\"id\":\"\(accented)\",\"mid\":\"\(accented)\"}",
+        "{\"id\":\"\(accented)e\",\"mid\":\"e\(accented)\"}",
+        "{\"type\":\"Caf\u{E9} \u{1F600}\",\"id\":\"\u{1F1EB}\u{1F1F7}\"}",
+        // Unknown fields are ignored, however deep.
+        #"{"op":"ping","extra":{"deep":[1,{"a":null,"b":[true,false]}]},"more":[[[]]]}"#,
+    ]
+
+    /// Frames left to JSONDecoder: escapes, numbers other than Int64 integers, duplicate keys,
+    /// nesting beyond the limit, not JSON at all, or not an object.
+    static let otherFrames = [
+        #"{"type":"Request\u0054odoViewModels","id":"a\"b"}"#,
+        #"{"op":"ping","id":"\n"}"#,
+        #"{"op":"ping","id":1.5}"#,
+        #"{"op":"ping","id":1.0}"#,
+        #"{"op":"ping","id":1e3}"#,
+        #"{"op":"ping","id":-0}"#,
+        #"{"op":"ping","id":9223372036854775808}"#,
+        #"{"op":"resume","epoch":"e","after":18446744073709551615}"#,
+        #"{"op":"resume","epoch":"e","after":-0}"#,
+        #"{"op":"resume","epoch":"e","after":2.0}"#,
+        #"{"op":"resume","epoch":"e","after":18446744073709551616}"#,
+        #"{"type":"A","type":"B"}"#,
+        #"{"op":"ping","id":1,"id":"x"}"#,
+        #"{"op":"ping","x":{"a":1,"a":2}}"#,
+        "{\"op\":\"ping\",\"x\":" + String(repeating: "[", count: 80) + String(repeating: "]", count: 80) + "}",
+        "\u{FEFF}{\"op\":\"ping\"}",
+        #"{"op":"ping"} x"#,
+        #"{"op":"ping"}{}"#,
+        #"{"op":"ping""#,
+        #"{"op":"ping",}"#,
+        "",
+        "[1]",
+        #""x""#,
+        "5",
+        "null",
+    ]
+
+    @Test(arguments: plainFrames)
+    func readsPlainFramesItselfAsJSONDecoderDoes(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        let parsed = try #require(ClientFrame.parse(bytes))
+        #expect(parsed.root != nil, "read by JSONDecoder, not by JSONValue.parse")
+        #expect(parsed.frame == ClientFrame.decoded(from: bytes))
+    }
+
+    @Test(arguments: otherFrames)
+    func leavesOtherFramesToJSONDecoder(_ text: String) {
+        let bytes = Array(text.utf8)
+        let parsed = ClientFrame.parse(bytes)
+        #expect(parsed?.root == nil)
+        #expect(parsed?.frame == ClientFrame.decoded(from: bytes))
+    }
+
+    @Test func readsEachFieldWithItsRules() throws {
+        let frame = try #require(
+            ClientFrame.parse(
+                Array(
+                    #"{"type":"T","id":"\#(Self.accented)","mid":"m","types":["a"],"after":5,"token":7,"op":null}"#.utf8
+                )
+            )?.frame
+        )
+        #expect(frame.type == .value("T"))
+        #expect(frame.op == .invalid)
+        #expect(frame.id == .value(.string(Self.accented)))
+        #expect(frame.mid == .value("m"))
+        #expect(frame.types == .value(["a"]))
+        #expect(frame.after == .value(5))
+        #expect(frame.token == .invalid)
+        #expect(frame.epoch == .absent)
+        let negative = try #require(ClientFrame.parse(Array(#"{"after":-1,"id":-3,"mid":""}"#.utf8))?.frame)
+        #expect(negative.after == .invalid)
+        #expect(negative.id == .value(.integer(-3)))
+        #expect(negative.mid == .invalid)
+    }
+}
