@@ -15,6 +15,12 @@ private let toggleFrame = Array(
     #"{"type":"RequestToggleCompleteTodoViewModel","id":"42","payload":{"todo":{"id":"6f1c2c54-8e4b-4c55-9a53-0d3c1c8b9e21"}}}"#
         .utf8
 )
+/// The same frame with an escape in its id: the fast reader leaves it to JSONDecoder (two passes,
+/// control fields and payload), as every frame was read before.
+private let escapedToggleFrame = Array(
+    #"{"type":"RequestToggleCompleteTodoViewModel","id":"4\u0032","payload":{"todo":{"id":"6f1c2c54-8e4b-4c55-9a53-0d3c1c8b9e21"}}}"#
+        .utf8
+)
 private let sampleTodo = Todo(
     id: todoID,
     createdAt: Timestamp(millisecondsSince1970: 1_763_700_000_000),
@@ -42,6 +48,12 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("Frame decode (control fields + payload)") { benchmark in
         for _ in benchmark.scaledIterations {
             blackHole(RelayProbe.decodeRequest(toggleFrame, codec: codec))
+        }
+    }
+
+    Benchmark("Frame decode, JSONDecoder fallback (escaped id)") { benchmark in
+        for _ in benchmark.scaledIterations {
+            blackHole(RelayProbe.decodeRequest(escapedToggleFrame, codec: codec))
         }
     }
 
