@@ -23,6 +23,43 @@ public enum JSONValue: Sendable, Hashable {
             return parser.parseDocument()
         }
     }
+
+    /// The text of a string; nil for any other value.
+    public var string: String? {
+        if case .string(let text) = self { return text }
+        return nil
+    }
+
+    public var integer: Int64? {
+        if case .integer(let number) = self { return number }
+        return nil
+    }
+
+    public var bool: Bool? {
+        if case .bool(let flag) = self { return flag }
+        return nil
+    }
+
+    public var array: [JSONValue]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+
+    public var object: JSONObject? {
+        if case .object(let members) = self { return members }
+        return nil
+    }
+}
+
+extension Optional where Wrapped == JSONValue {
+    /// An optional field as `decodeIfPresent` reads it: `.some(nil)` when the field is absent
+    /// or null, `.some(value)` when `read` takes it, nil (not of that type) otherwise.
+    public func optionalField<T>(_ read: (JSONValue) -> T?) -> T?? {
+        switch self {
+        case nil, .null?: return .some(nil)
+        case .some(let value): return read(value).map { .some($0) }
+        }
+    }
 }
 
 /// A JSON object's members in the order they were written; keys are unique.

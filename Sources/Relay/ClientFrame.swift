@@ -100,24 +100,21 @@ struct ClientFrame: Decodable, Equatable {
     /// The fields of a parsed root object, each as `init(from:)` reads it: a present key whose
     /// value is null or of another type is `.invalid`.
     init(root: JSONObject) {
-        type = Self.field(root["type"], Self.string)
-        op = Self.field(root["op"], Self.string)
+        type = Self.field(root["type"], \.string)
+        op = Self.field(root["op"], \.string)
         types = Self.field(root["types"]) { value in
-            guard case .array(let elements) = value else { return nil }
+            guard let elements = value.array else { return nil }
             var texts: [String] = []
             texts.reserveCapacity(elements.count)
             for element in elements {
-                guard case .string(let text) = element else { return nil }
+                guard let text = element.string else { return nil }
                 texts.append(text)
             }
             return texts
         }
-        token = Self.field(root["token"], Self.string)
-        epoch = Self.field(root["epoch"], Self.string)
-        after = Self.field(root["after"]) { value in
-            guard case .integer(let number) = value else { return nil }
-            return UInt64(exactly: number)
-        }
+        token = Self.field(root["token"], \.string)
+        epoch = Self.field(root["epoch"], \.string)
+        after = Self.field(root["after"]) { $0.integer.flatMap { UInt64(exactly: $0) } }
         id = Self.field(root["id"]) { value in
             switch value {
             case .integer(let number): return .integer(number)
@@ -125,20 +122,12 @@ struct ClientFrame: Decodable, Equatable {
             default: return nil
             }
         }
-        mid = Self.field(root["mid"]) { value in
-            guard case .string(let text) = value, (1...64).contains(text.count) else { return nil }
-            return text
-        }
+        mid = Self.field(root["mid"]) { value in value.string.flatMap { (1...64).contains($0.count) ? $0 : nil } }
     }
 
     private static func field<T>(_ value: JSONValue?, _ read: (JSONValue) -> T?) -> FrameField<T> {
         guard let value else { return .absent }
         guard let read = read(value) else { return .invalid }
         return .value(read)
-    }
-
-    private static func string(_ value: JSONValue) -> String? {
-        guard case .string(let text) = value else { return nil }
-        return text
     }
 }

@@ -202,17 +202,11 @@ private struct ReferencePayload: Decodable {
     /// The reference when `value` is an object with `id` a string and `version` absent, null
     /// or an integer; nil for anything else.
     init?(_ value: JSONValue?) {
-        guard case .object(let object) = value, case .string(let id) = object["id"] else { return nil }
-        switch object["version"] {
-        case nil, .null?:
-            version = nil
-        case .integer(let number)?:
-            guard let number = Int(exactly: number) else { return nil }
-            version = number
-        default:
-            return nil
-        }
+        guard let object = value?.object, let id = object["id"]?.string,
+            case .some(let version) = object["version"].optionalField({ $0.integer.flatMap { Int(exactly: $0) } })
+        else { return nil }
         self.id = id
+        self.version = version
     }
 
     func reference(path: String) throws(PayloadError) -> TodoReference {
@@ -250,19 +244,11 @@ private protocol ParsedPayload: Decodable {
     init?(payloadOf root: JSONObject?)
 }
 
-extension ParsedPayload {
-    /// The frame's `payload` when it is an object.
-    static func payloadObject(of root: JSONObject?) -> JSONObject? {
-        guard case .object(let payload) = root?["payload"] else { return nil }
-        return payload
-    }
-}
-
 private struct ViewModelPayload: ParsedPayload {
     let todo: ReferencePayload
 
     init?(payloadOf root: JSONObject?) {
-        guard let payload = Self.payloadObject(of: root), let todo = ReferencePayload(payload["todo"]) else {
+        guard let payload = root?["payload"]?.object, let todo = ReferencePayload(payload["todo"]) else {
             return nil
         }
         self.todo = todo
@@ -278,12 +264,12 @@ private struct DetailPayload: ParsedPayload {
     let deleted: Bool?
 
     init?(payloadOf root: JSONObject?) {
-        guard let payload = Self.payloadObject(of: root), let todo = ReferencePayload(payload["todo"]),
-            case .some(let title) = Self.string(payload["title"]),
-            case .some(let subtitle) = Self.string(payload["subtitle"]),
-            case .some(let priority) = Self.string(payload["priority"]),
-            case .some(let completed) = Self.bool(payload["completed"]),
-            case .some(let deleted) = Self.bool(payload["deleted"])
+        guard let payload = root?["payload"]?.object, let todo = ReferencePayload(payload["todo"]),
+            case .some(let title) = payload["title"].optionalField(\.string),
+            case .some(let subtitle) = payload["subtitle"].optionalField(\.string),
+            case .some(let priority) = payload["priority"].optionalField(\.string),
+            case .some(let completed) = payload["completed"].optionalField(\.bool),
+            case .some(let deleted) = payload["deleted"].optionalField(\.bool)
         else { return nil }
         self.todo = todo
         self.title = title
@@ -291,23 +277,6 @@ private struct DetailPayload: ParsedPayload {
         self.priority = priority
         self.completed = completed
         self.deleted = deleted
-    }
-
-    /// `.some(nil)` for an absent or null field, `.some(text)` for a string, nil otherwise.
-    private static func string(_ value: JSONValue?) -> String?? {
-        switch value {
-        case nil, .null?: return .some(nil)
-        case .string(let text)?: return .some(text)
-        default: return nil
-        }
-    }
-
-    private static func bool(_ value: JSONValue?) -> Bool?? {
-        switch value {
-        case nil, .null?: return .some(nil)
-        case .bool(let flag)?: return .some(flag)
-        default: return nil
-        }
     }
 
     /// The request the payload stands for, with the same checks whichever way it was read.

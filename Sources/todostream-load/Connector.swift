@@ -131,13 +131,10 @@ final class Connector: Sendable {
                 }
                 configure?(connection)
                 box.value = connection
-                guard transport == .webSocket else {
-                    return channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(connection)
-                    }
-                }
+                let handlers: [any ChannelHandler] =
+                    transport == .webSocket ? [WebSocketLines(host: hostHeader), connection] : [connection]
                 return channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers(WebSocketLines(host: hostHeader), connection)
+                    try channel.pipeline.syncOperations.addHandlers(handlers)
                 }
             }
         if let source = sourceAddress(for: index) {

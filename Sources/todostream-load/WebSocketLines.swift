@@ -183,12 +183,15 @@ final class WebSocketLines: ChannelDuplexHandler {
             out.writeInteger(UInt8(0x80 | 127))
             out.writeInteger(UInt64(length))
         }
-        let mask = (0..<4).map { _ in UInt8.random(in: 0...255) }
-        out.writeBytes(mask)
-        payload.withUnsafeReadableBytes { raw in
-            var masked = [UInt8](repeating: 0, count: raw.count)
-            for index in 0..<raw.count { masked[index] = raw[index] ^ mask[index & 3] }
-            out.writeBytes(masked)
+        let mask = UInt32.random(in: .min ... .max)
+        out.writeInteger(mask)
+        // The payload is copied once and masked where it lands.
+        let start = out.writerIndex - out.readerIndex
+        out.writeBuffer(&payload)
+        out.withUnsafeMutableReadableBytes { raw in
+            for index in 0..<length {
+                raw[start + index] ^= UInt8(truncatingIfNeeded: mask >> (24 - 8 * (index & 3)))
+            }
         }
     }
 
