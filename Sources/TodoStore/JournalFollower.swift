@@ -40,6 +40,8 @@ final class JournalFollower: Sendable {
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
+    /// The durable head the last catch-up found short of the head; nil when it was not short.
+    private let shortOfHead = NIOLockedValueBox<Int64?>(nil)
 
     init(
         connector: PostgresConnector,
@@ -197,17 +199,25 @@ final class JournalFollower: Sendable {
         return skipTo
     }
 
-    /// Reads everything after the cursor up to the head, page by page, and publishes what other
-    /// daemons wrote.
+    /// Reads everything after the cursor up to the durable head (PostgresStore+Durability),
+    /// page by page, and publishes what other daemons wrote.
+    ///
+    /// Entries committed but not yet durable wait for the notification their flush sends. If
+    /// two catch-ups in a row find the durable head short of the head and not moved (a flush
+    /// that never came: its connection was cut between the two commits), this one flushes.
     private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
-        var head: Int64 = 0
-        for try await value in try await connection.query(
-            "SELECT head FROM stream_state WHERE id = 1",
-            logger: logger
-        ).decode(Int64.self) {
-            head = value
+        let (head, durable) = try await PostgresStore.durability(on: connection, logger: logger)
+        var trusted = durable
+        if durable < head {
+            let stalled = shortOfHead.withLockedValue { last in
+                defer { last = durable }
+                return last == durable
+            }
+            if stalled { trusted = try await PostgresStore.flush(on: connection, logger: logger) }
+        } else {
+            shortOfHead.withLockedValue { $0 = nil }
         }
-        let target = UInt64(max(0, head))
+        let target = UInt64(max(0, min(head, trusted)))
         var from = handled
         while from < target {
             let upper = min(target, from + Self.pageSize)

@@ -127,7 +127,9 @@ enum PostgresMigrations {
             ) LANGUAGE plpgsql AS $$
             DECLARE
               v_matching INTEGER;
+              v_repeated INTEGER;
             BEGIN
+              PERFORM set_config('enable_seqscan', 'off', true);
               PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
               SELECT head INTO p_head FROM stream_state WHERE id = 1 FOR UPDATE;
               IF p_head IS NULL THEN
@@ -137,8 +139,8 @@ enum PostgresMigrations {
                 FROM unnest(p_check_ids, p_check_versions) AS c(id, version)
                 LEFT JOIN todos t ON t.id = c.id
                 WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
-              IF v_matching <> coalesce(cardinality(p_check_ids), 0)
-                OR EXISTS (SELECT 1 FROM journal WHERE mid = ANY(p_mids)) THEN
+              SELECT count(*) INTO v_repeated FROM journal WHERE mid = ANY(p_mids);
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0) OR v_repeated > 0 THEN
                 p_head := -1;
                 ROLLBACK;
                 RETURN;
@@ -163,7 +165,112 @@ enum PostgresMigrations {
             $$
             """,
         ],
+        // 6: a commit is ordered under the lock and flushed after it. `todostream_commit_flush`
+        // does what step 5's procedure does, but its transaction commits with
+        // `synchronous_commit = off`: the lock on stream_state (which orders every daemon's
+        // commits) is released as soon as the commit is written, not after the disk flush.
+        // A second transaction in the same CALL then writes this backend's row of
+        // `todostream_durable` (the head it wrote) and COMMITs synchronously, inside the
+        // procedure and so before the CALL answers (left open, it would commit at Sync, after
+        // the answer, as step 4 says; the failover test caught exactly that). Its flush covers
+        // everything written before it, the batch included, and on a synchronous standby too.
+        // So the CALL answers once the batch is durable, as before, while the next batch,
+        // from any daemon, can take the lock during the flush, and flushes of several
+        // daemons' batches go to disk together. A committed head is durable once the largest
+        // head in `todostream_durable` reaches it: that is how far journal followers and
+        // reads trust what they see (PostgresStore+Durability). Notifications go out from the
+        // second transaction, once durable. An error after the first commit is raised as
+        // SQLSTATE TSF01: committed, durability not confirmed (the daemon asks, as for a lost
+        // answer). Step 5's procedure, which daemons of the previous version keep calling
+        // during an upgrade, moves its backend's row too, inside its one synchronous commit.
+        // Both plan their statements with sequential scans off: plpgsql keeps a session's
+        // plans, made when the tables may still have been small, and step 5's check for
+        // repeated mids (an EXISTS, planned to stop at a first match) then read the whole
+        // journal on every commit.
+        [
+            "CREATE TABLE todostream_durable (backend INTEGER PRIMARY KEY NOT NULL, head BIGINT NOT NULL)",
+            "INSERT INTO todostream_durable (backend, head) SELECT 0, head FROM stream_state WHERE id = 1",
+            commitProcedure(name: "todostream_commit", flushAfterOrdering: false),
+            commitProcedure(name: "todostream_commit_flush", flushAfterOrdering: true),
+        ],
     ]
+
+    /// Moves this backend's row of `todostream_durable` to `head` (never back).
+    static let markDurable = """
+        INSERT INTO todostream_durable AS d (backend, head) VALUES (pg_backend_pid(), p_head)
+        ON CONFLICT (backend) DO UPDATE SET head = GREATEST(d.head, excluded.head)
+        """
+
+    /// Step 5's commit procedure (the same arguments), with the durability mark of step 6.
+    static func commitProcedure(name: String, flushAfterOrdering: Bool) -> String {
+        let finish: String
+        if flushAfterOrdering {
+            finish = """
+                  PERFORM set_config('synchronous_commit', 'off', true);
+                  COMMIT;
+                  BEGIN
+                    \(markDurable);
+                    PERFORM pg_notify('todostream_journal', p_head::text);
+                  EXCEPTION WHEN OTHERS THEN
+                    RAISE EXCEPTION 'the batch committed, but its flush was not confirmed: %', SQLERRM
+                      USING ERRCODE = 'TSF01';
+                  END;
+                  COMMIT;
+                """
+        } else {
+            finish = """
+                  \(markDurable);
+                  PERFORM pg_notify('todostream_journal', p_head::text);
+                  COMMIT;
+                """
+        }
+        return """
+            CREATE OR REPLACE PROCEDURE \(name)(
+              p_origin TEXT, p_check_ids TEXT[], p_check_versions BIGINT[],
+              p_ids TEXT[], p_offsets BIGINT[], p_created BIGINT[], p_titles TEXT[], p_subtitles TEXT[],
+              p_priorities TEXT[], p_completed BIGINT[], p_has_completed BOOLEAN[], p_deleted BOOLEAN[],
+              p_versions BIGINT[], p_types TEXT[], p_payloads BYTEA[], p_mids TEXT[], p_recorded_at BIGINT,
+              INOUT p_head BIGINT DEFAULT NULL
+            ) LANGUAGE plpgsql AS $$
+            DECLARE
+              v_matching INTEGER;
+              v_repeated INTEGER;
+            BEGIN
+              PERFORM set_config('enable_seqscan', 'off', true);
+              PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
+              SELECT head INTO p_head FROM stream_state WHERE id = 1 FOR UPDATE;
+              IF p_head IS NULL THEN
+                RAISE EXCEPTION 'the database has no stream_state row';
+              END IF;
+              SELECT count(*) INTO v_matching
+                FROM unnest(p_check_ids, p_check_versions) AS c(id, version)
+                LEFT JOIN todos t ON t.id = c.id
+                WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
+              SELECT count(*) INTO v_repeated FROM journal WHERE mid = ANY(p_mids);
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0) OR v_repeated > 0 THEN
+                p_head := -1;
+                ROLLBACK;
+                RETURN;
+              END IF;
+              INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+                SELECT r.id, p_head + r.first, r.created, r.title, r.subtitle, r.priority,
+                  CASE WHEN r.has_completed THEN r.completed END, r.deleted, r.version
+                FROM unnest(p_ids, p_offsets, p_created, p_titles, p_subtitles, p_priorities, p_completed,
+                  p_has_completed, p_deleted, p_versions)
+                  AS r(id, first, created, title, subtitle, priority, completed, has_completed, deleted, version)
+              ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                subtitle = excluded.subtitle, priority = excluded.priority,
+                completed_at = excluded.completed_at, deleted = excluded.deleted, version = excluded.version;
+              INSERT INTO journal (seq, type, payload, recorded_at, origin, mid)
+                SELECT p_head + j.n, j.type, j.payload, p_recorded_at, p_origin, NULLIF(j.mid, '')
+                FROM unnest(p_types, p_payloads, p_mids) WITH ORDINALITY AS j(type, payload, mid, n);
+              p_head := p_head + coalesce(cardinality(p_types), 0);
+              UPDATE stream_state SET head = p_head WHERE id = 1;
+            \(finish)
+            END
+            $$
+            """
+    }
 
     /// Brings the schema to the newest version; refuses a database newer than this build.
     static func run(on connection: PostgresConnection, logger: Logger) async throws {

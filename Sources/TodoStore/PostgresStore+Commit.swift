@@ -61,10 +61,12 @@ extension PostgresStore {
     /// Commits one batch and answers every write in it; never leaves one half applied.
     ///
     /// One round trip reads the touched todos (no lock); the writes are applied to them here;
-    /// one statement, `CALL todostream_commit`, then locks `stream_state`, checks that none of
-    /// those todos changed meanwhile, takes the next seqs, writes todos and journal, moves the
-    /// head, notifies and commits. So the lock that orders every daemon's commits is held only
-    /// while the database runs that statement and flushes it, never across a round trip. A
+    /// one statement, `CALL todostream_commit_flush`, then locks `stream_state`, checks that
+    /// none of those todos changed meanwhile, takes the next seqs, writes todos and journal,
+    /// moves the head and commits without waiting for the disk; a second transaction in the
+    /// same statement flushes, marks the head durable and notifies (PostgresStore+Durability).
+    /// So the lock that orders every daemon's commits is held only while the database runs the
+    /// first part, never across a round trip or a flush, and the answer means durable. A
     /// batch that loses a race for a todo to another daemon reads again; after
     /// `optimisticAttempts` it holds the commit advisory lock from its read to its commit, and
     /// cannot lose.
@@ -134,6 +136,7 @@ extension PostgresStore {
                     "DELETE FROM journal WHERE seq <= (SELECT head FROM stream_state WHERE id = 1) - \(keep)",
                     logger: logger
                 )
+                try await connection.query(Self.pruneDurable, logger: logger)
                 if retention.maxAgeSeconds > 0 {
                     let cutoff = Timestamp.now().millisecondsSince1970 - Int64(retention.maxAgeSeconds) * 1000
                     try await connection.query("DELETE FROM journal WHERE recorded_at < \(cutoff)", logger: logger)
@@ -174,6 +177,9 @@ extension PostgresStore {
                         ).decode(Int64?.self) {
                             first = seq
                         }
+                        // The batch may have committed without its flush: this transaction's
+                        // synchronous COMMIT flushes it (PostgresStore+Durability).
+                        try await Self.flush(on: connection, logger: logger)
                         try await connection.query("COMMIT", logger: logger)
                         return first
                     } catch {
@@ -197,7 +203,7 @@ extension PostgresStore {
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
-    /// todostream_commit`, which commits before it answers. `locked`: the attempt holds the
+    /// todostream_commit_flush`, which commits and flushes before it answers. `locked`: the attempt holds the
     /// commit advisory lock exclusively from its read to its commit, so no other batch can
     /// commit in between and the check cannot fail; on any failure the connection is closed,
     /// which releases the lock.
@@ -235,6 +241,15 @@ extension PostgresStore {
             return .failed(error)
         }
         if batch.entries.isEmpty {
+            if batch.fromJournal.contains(true) {
+                // Answers taken from journal entries that may not be durable yet.
+                do {
+                    try await flush(on: connection, logger: logger)
+                } catch {
+                    if locked { try? await connection.close() }
+                    return .failed(error)
+                }
+            }
             if locked { await unlock(connection, logger: logger) }
             return .done(batch.results(first: UInt64(max(0, batch.headAtRead)) + 1))
         }
@@ -273,7 +288,7 @@ extension PostgresStore {
         guard let error = error as? PSQLError, error.code == .server,
             let state = error.serverInfo?[.sqlState]
         else { return false }
-        return !state.hasPrefix("57") && !state.hasPrefix("08")
+        return !state.hasPrefix("57") && !state.hasPrefix("08") && state != flushNotConfirmed
     }
 
     /// Applies the writes in order to the todos read; seqs count from 1 within the batch. A
@@ -379,26 +394,20 @@ extension PostgresStore {
                 continue
             }
             head = value
-            guard let id, let seqNo, let createdAt, let title, let subtitle, let priority, let deleted, let version
+            guard let seqNo,
+                let todo = try StoredTodo.decodeIfPresent(
+                    (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
+                )
             else { continue }
-            let todo = try StoredTodo.decode(
-                id: id,
-                createdAt: createdAt,
-                title: title,
-                subtitle: subtitle,
-                priority: priority,
-                completedAt: completedAt,
-                deleted: deleted,
-                version: version
-            )
             todos[todo.id] = (seqNo, todo)
         }
         guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
         return (head, todos, applied)
     }
 
-    /// Calls `todostream_commit` (schema step 4), which has committed when it answers: returns
-    /// the new head, or -1 when one of the todos read changed since (nothing was written).
+    /// Calls `todostream_commit_flush` (schema step 6), which has committed and flushed when it
+    /// answers: returns the new head, or -1 when one of the todos read changed since, or one of
+    /// the batch's mids was written meanwhile (nothing was written).
     static func write(
         _ batch: Staged,
         origin: String,
@@ -423,7 +432,8 @@ extension PostgresStore {
         binds.append(batch.entries.map { ByteBuffer(bytes: $0.payload) })
         binds.append(batch.entries.map { $0.mid ?? "" })
         binds.append(Timestamp.now().millisecondsSince1970)
-        let sql = "CALL todostream_commit(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
+        let sql =
+            "CALL todostream_commit_flush(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
         var head: Int64 = -1
         for try await value in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
             .decode(Int64.self)

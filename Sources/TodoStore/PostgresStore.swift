@@ -10,10 +10,11 @@ import TodoApp
 ///
 /// Writes are group-committed like `GroupCommitStore`'s, but the version checks and the seq
 /// assignment happen inside the database transaction: each batch first locks the single
-/// `stream_state` row (which serialises committers across daemons), reads the touched todos,
-/// applies the writes, takes the next seqs from `head`, writes todos and journal rows, moves
-/// `head` and sends `NOTIFY` with the new head, all in one transaction. So `seq` is gapless and
-/// global, and a failed transaction leaves nothing behind.
+/// `stream_state` row (which serialises committers across daemons), checks the touched todos,
+/// takes the next seqs from `head`, writes todos and journal rows and moves `head`, all in one
+/// transaction; it is flushed after the lock is released, and `NOTIFY` with the new head goes
+/// out once it is durable (PostgresStore+Durability). So `seq` is gapless and global, and a
+/// failed transaction leaves nothing behind.
 ///
 /// Reads go to the database (no cache to go stale when other daemons write). A journal follower
 /// (`JournalFollower`) hands other daemons' broadcasts to the hub.
@@ -150,6 +151,8 @@ public actor PostgresStore: ServedStore {
                     guard let position else {
                         throw StoreError(message: "the database has no stream_state row")
                     }
+                    // The follower starts after this head: make sure no crash can take it back.
+                    try await Self.flush(on: connection, logger: logger)
                     return position
                 }
             )
@@ -195,19 +198,41 @@ public actor PostgresStore: ServedStore {
         let timeout = connector.settings.acquireTimeout
         do {
             let todos = try await pool.withLease(timeout: timeout) { connection in
+                // The first column says whether a commit this snapshot sees may not be durable
+                // yet (PostgresStore+Durability); the todos follow, or one row of NULLs.
                 let query: PostgresQuery
                 if let id {
                     query = """
-                        SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version
-                        FROM todos WHERE id = \(id.lowercased)
+                        WITH d AS (\(unescaped: Self.unflushedColumn))
+                        SELECT d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                          t.completed_at, t.deleted, t.version
+                        FROM d LEFT JOIN todos t ON t.id = \(id.lowercased)
                         """
                 } else {
                     query = """
-                        SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version
-                        FROM todos ORDER BY created_at DESC, seq_no DESC
+                        WITH d AS (\(unescaped: Self.unflushedColumn))
+                        SELECT d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                          t.completed_at, t.deleted, t.version
+                        FROM d LEFT JOIN todos t ON true ORDER BY t.created_at DESC, t.seq_no DESC
                         """
                 }
-                return try await Self.todos(connection.query(query, logger: logger)).map(\.todo)
+                var unflushed = false
+                var todos: [Todo] = []
+                for try await (flag, id, _, createdAt, title, subtitle, priority, completedAt, deleted, version)
+                    in try await connection.query(query, logger: logger).decode(
+                        (Bool, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
+                    )
+                {
+                    unflushed = unflushed || flag
+                    if let todo = try StoredTodo.decodeIfPresent(
+                        (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
+                    ) {
+                        todos.append(todo)
+                    }
+                }
+                // Answer nothing a crash of the database could still take back.
+                if unflushed { try await Self.flush(on: connection, logger: logger) }
+                return todos
             }
             recordHealth(up: true)
             return todos
@@ -217,6 +242,12 @@ public actor PostgresStore: ServedStore {
         }
     }
 
+    /// One row, one column: true when the head is ahead of the durable head.
+    static let unflushedColumn = """
+        SELECT s.head > coalesce((SELECT max(head) FROM todostream_durable), 0) AS unflushed
+        FROM stream_state s WHERE s.id = 1
+        """
+
     /// Decodes rows of `SELECT id, seq_no, created_at, title, subtitle, priority, completed_at,
     /// deleted, version`.
     static func todos(_ rows: PostgresRowSequence) async throws -> [(rowID: Int64, todo: Todo)] {
@@ -224,16 +255,11 @@ public actor PostgresStore: ServedStore {
         for try await (id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version) in rows.decode(
             (String, Int64, Int64, String, String, String, Int64?, Bool, Int64).self
         ) {
-            let todo = try StoredTodo.decode(
-                id: id,
-                createdAt: createdAt,
-                title: title,
-                subtitle: subtitle,
-                priority: priority,
-                completedAt: completedAt,
-                deleted: deleted,
-                version: version
-            )
+            guard
+                let todo = try StoredTodo.decodeIfPresent(
+                    (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
+                )
+            else { continue }
             todos.append((seqNo, todo))
         }
         return todos

@@ -26,4 +26,28 @@ enum StoredTodo {
             version: Int(version)
         )
     }
+
+    /// The columns `id, created_at, title, subtitle, priority, completed_at, deleted, version`;
+    /// the empty side of an outer join gives nil for each.
+    typealias Columns = (
+        id: String?, createdAt: Int64?, title: String?, subtitle: String?, priority: String?, completedAt: Int64?,
+        deleted: Bool?, version: Int64?
+    )
+
+    /// A todo from a row's columns: nil when the row holds no todo.
+    static func decodeIfPresent(_ row: Columns) throws -> Todo? {
+        guard let id = row.id, let createdAt = row.createdAt, let title = row.title, let subtitle = row.subtitle,
+            let priority = row.priority, let deleted = row.deleted, let version = row.version
+        else { return nil }
+        return try decode(
+            id: id,
+            createdAt: createdAt,
+            title: title,
+            subtitle: subtitle,
+            priority: priority,
+            completedAt: row.completedAt,
+            deleted: deleted,
+            version: version
+        )
+    }
 }

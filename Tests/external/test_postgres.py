@@ -715,3 +715,95 @@ def test_toggles_of_one_todo_racing_through_both_daemons_are_each_applied_exactl
         assert stored["version"] == todo["version"] + total, (stored["version"], todo["version"], total)
         was_completed = todo["completedAt"] is not None
         assert detail["payload"]["completed"] == (was_completed != (total % 2 == 1))
+
+
+def journal_scans(postgres, database):
+    """(sequential scans, rows they read, rows inserted) of the journal, from the statistics."""
+    out = postgres.psql(
+        "SELECT seq_scan, seq_tup_read, n_tup_ins FROM pg_stat_user_tables WHERE relname = 'journal'", database)
+    return tuple(int(v) for v in out.split("|"))
+
+
+def test_a_commit_reads_no_more_of_the_journal_than_the_mids_it_checks(daemon_factory, database, postgres):
+    """Each commit checks the batch's mids against the journal. That check must use the mid
+    index however long the journal has grown: a plan made while the journal was small (the
+    procedure keeps its plans for the session) once read the whole journal on every commit."""
+    a = daemon_factory(*database[1])
+    with LineClient(a.tcp_port, name="writer@A") as c:
+        _, made = create_todo(c, "toggled often")
+        todo = made["payload"]["todo"]
+
+        def toggles(count, prefix):
+            ids = [next_id(prefix) for _ in range(count)]
+            for rid in ids:
+                c.send({"type": "RequestToggleCompleteTodoViewModel", "id": rid, "payload": {"todo": {"id": todo["id"]}}})
+            for rid in ids:
+                reply = c.expect(lambda f, rid=rid: f.get("re") == rid and "seq" in f, timeout=60)
+                assert "error" not in reply, reply
+
+        toggles(1500, "grow")
+        # Statistics reach the view a little after the transactions: wait for every insert.
+        before = wait_until(lambda: (s := journal_scans(postgres, database[0]))[2] >= 1500 and s,
+                            what="the journal's statistics")
+        toggles(300, "measure")
+        after = wait_until(lambda: (s := journal_scans(postgres, database[0]))[2] >= before[2] + 300 and s,
+                           what="the journal's statistics")
+    read = after[1] - before[1]
+    assert read < 1500, f"300 commits read {read} journal rows by sequential scan ({after[0] - before[0]} scans)"
+
+
+def test_a_read_makes_durable_a_commit_it_sees_before_its_flush(daemon_factory, database, postgres):
+    """A batch's commit is visible before the flush that follows it (schema step 6). A list read
+    that sees a commit whose flush has not happened yet (made here by hand, with
+    synchronous_commit off and no flush after it) flushes before it answers, and says so in
+    todostream_durable, so that no crash of the database can take back what a client was shown."""
+    a = daemon_factory(*database[1])
+    with LineClient(a.tcp_port, name="reader@A") as c:
+        _, made = create_todo(c, "flushed")
+        unflushed = dict(made["payload"]["todo"], title="not flushed yet")
+        postgres.psql(
+            "BEGIN; SET LOCAL synchronous_commit = off; UPDATE stream_state SET head = head + 1; "
+            f"UPDATE todos SET title = 'not flushed yet', version = version + 1 WHERE id = '{unflushed['id']}'; "
+            "COMMIT;",
+            database[0],
+        )
+        head, durable = postgres.psql(
+            "SELECT head, (SELECT max(head) FROM todostream_durable) FROM stream_state", database[0]).split("|")
+        assert int(durable) < int(head), "the hand-made commit is not marked durable"
+        titles = [t["title"] for t in list_todos(c)]
+        assert "not flushed yet" in titles, titles
+        head, durable = postgres.psql(
+            "SELECT head, (SELECT max(head) FROM todostream_durable) FROM stream_state", database[0]).split("|")
+        assert int(durable) == int(head), f"the read answered without flushing ({durable} < {head})"
+
+
+def test_a_commit_whose_flush_fails_is_asked_about_and_answered_saved(daemon_factory, database, postgres):
+    """The batch's transaction commits, then the flush transaction after it fails (a test
+    trigger refuses the first durability mark): the CALL answers SQLSTATE TSF01, the daemon
+    treats the commit as in doubt, finds it in the journal, flushes it and answers the write as
+    saved, and the other daemon's clients get it with the same seq."""
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="obs@B") as ob:
+        ob.ping()
+        _, first = create_todo(ca, "before the failed flush")
+        ob.expect_seq(first["seq"])
+        postgres.psql(
+            """
+            CREATE SEQUENCE test_fail_once;
+            CREATE FUNCTION test_refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF nextval('test_fail_once') = 1 THEN RAISE EXCEPTION 'refused durability mark'; END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER test_refuse_mark BEFORE INSERT OR UPDATE ON todostream_durable
+              FOR EACH ROW EXECUTE FUNCTION test_refuse_mark();
+            """,
+            database[0],
+        )
+        reply, saved = create_todo_tolerant(ca, "its flush failed")
+        assert saved is not None, reply
+        assert saved["seq"] == first["seq"] + 1, saved
+        assert ob.expect_seq(saved["seq"]) == strip_re(saved)
+        assert "a commit got no answer" in a.log_text() and "TSF01" in a.log_text()
+        titles = [t["title"] for t in list_todos(ob)]
+        assert "its flush failed" in titles, titles
