@@ -177,7 +177,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     }
 
     /// Newest first; todos created in the same millisecond, the one stored last first.
-    private static func listOrder(_ todos: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
+    static func listOrder(_ todos: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
         todos.values
             .sorted { lhs, rhs in
                 lhs.todo.createdAt != rhs.todo.createdAt

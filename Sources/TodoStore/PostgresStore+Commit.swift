@@ -12,8 +12,9 @@ let journalChannel = "todostream_journal"
 extension PostgresStore {
     /// What one attempt at committing a batch came to.
     enum TransactionOutcome: Sendable {
-        /// Committed (or nothing to commit): each write's result.
-        case done([Result<SavedTodo, AppError>])
+        /// Committed (or nothing to commit): each write's result, and what was written (nil
+        /// when nothing was).
+        case done([Result<SavedTodo, AppError>], Applied?)
         /// A todo the batch read changed before the commit: nothing was applied; read again.
         case stale
         /// Failed before the commit was sent: nothing was applied.
@@ -55,6 +56,13 @@ extension PostgresStore {
         }
     }
 
+    /// What a committed batch wrote: its first seq, the head after it, each todo's final state.
+    struct Applied: Sendable {
+        var first: Int64
+        var newHead: Int64
+        var rows: [(offset: Int64, todo: Todo)]
+    }
+
     /// Optimistic attempts before a batch takes the `stream_state` lock for its reads too.
     static let optimisticAttempts = 3
 
@@ -73,6 +81,7 @@ extension PostgresStore {
     func commit(_ writes: [TodoWrite], time: Timestamp, prune: Bool) async -> [Result<SavedTodo, AppError>] {
         let origin = claims.begin()
         let logger = self.logger
+        let generation = pool.clientGeneration
         var outcome = TransactionOutcome.stale
         var attempt = 0
         while case .stale = outcome {
@@ -103,8 +112,18 @@ extension PostgresStore {
             }
         }
         switch outcome {
-        case .done(let results):
+        case .done(let results, let applied):
             claims.finish(origin)
+            if let applied,
+                known?.committed(
+                    first: applied.first,
+                    newHead: applied.newHead,
+                    rows: applied.rows,
+                    generation: generation
+                ) != true
+            {
+                known = nil
+            }
             recordHealth(up: true)
             if prune { await self.prune() }
             return results
@@ -113,6 +132,7 @@ extension PostgresStore {
             if case .failed(let error) = outcome { recordHealth(up: false, error) }
             return writes.map { _ in .failure(.unavailable) }
         case .inDoubt(let staged, let error):
+            known = nil
             recordHealth(up: false, error)
             logger.warning(
                 "a commit got no answer; asking the database whether it happened",
@@ -251,7 +271,7 @@ extension PostgresStore {
                 }
             }
             if locked { await unlock(connection, logger: logger) }
-            return .done(batch.results(first: UInt64(max(0, batch.headAtRead)) + 1))
+            return .done(batch.results(first: UInt64(max(0, batch.headAtRead)) + 1), nil)
         }
         staged(batch)
         guard progress.enterCommit() else {
@@ -267,7 +287,11 @@ extension PostgresStore {
         }
         if locked { await unlock(connection, logger: logger) }
         guard newHead >= 0 else { return .stale }
-        return .done(batch.results(first: UInt64(newHead) - UInt64(batch.entries.count) + 1))
+        let first = newHead - Int64(batch.entries.count) + 1
+        return .done(
+            batch.results(first: UInt64(first)),
+            Applied(first: first, newHead: newHead, rows: batch.rows)
+        )
     }
 
     /// Releases the commit advisory lock, or closes the connection (which releases it too).

@@ -37,6 +37,8 @@ public actor PostgresStore: ServedStore {
     private var following = false
     public private(set) var commitLatency = LatencyHistogram()
     private var commitsSincePrune = 0
+    /// Every todo as of a head, for reads that find the head unmoved (`KnownTodos`).
+    var known: KnownTodos?
     /// Batches being executed.
     private var executing = 0
     /// `close` waiting for the batches under way to finish.
@@ -197,54 +199,92 @@ public actor PostgresStore: ServedStore {
         let logger = self.logger
         let timeout = connector.settings.acquireTimeout
         do {
-            let todos = try await pool.withLease(timeout: timeout) { connection in
-                // The first column says whether a commit this snapshot sees may not be durable
-                // yet (PostgresStore+Durability); the todos follow, or one row of NULLs.
-                let query: PostgresQuery
-                if let id {
-                    query = """
-                        WITH d AS (\(unescaped: Self.unflushedColumn))
-                        SELECT d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
-                          t.completed_at, t.deleted, t.version
-                        FROM d LEFT JOIN todos t ON t.id = \(id.lowercased)
-                        """
-                } else {
-                    query = """
-                        WITH d AS (\(unescaped: Self.unflushedColumn))
-                        SELECT d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
-                          t.completed_at, t.deleted, t.version
-                        FROM d LEFT JOIN todos t ON true ORDER BY t.created_at DESC, t.seq_no DESC
-                        """
+            var useKnown = true
+            while true {
+                let generation = pool.clientGeneration
+                // -1: no head matches, every row is sent.
+                let asked = useKnown ? (known.flatMap { $0.generation == generation ? $0.head : nil } ?? -1) : -1
+                let read = try await pool.withLease(timeout: timeout) { connection in
+                    try await Self.readTodos(id: id, unlessAt: asked, on: connection, logger: logger)
                 }
-                var unflushed = false
-                var todos: [Todo] = []
-                for try await (flag, id, _, createdAt, title, subtitle, priority, completedAt, deleted, version)
-                    in try await connection.query(query, logger: logger).decode(
-                        (Bool, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
-                    )
-                {
-                    unflushed = unflushed || flag
-                    if let todo = try StoredTodo.decodeIfPresent(
-                        (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
-                    ) {
-                        todos.append(todo)
+                recordHealth(up: true)
+                guard read.withheld else {
+                    if id == nil { known = KnownTodos(head: read.head, generation: generation, rows: read.rows) }
+                    return read.rows.map(\.todo)
+                }
+                // Nothing committed since the todos this daemon knows: answer from them, unless
+                // they moved while the query ran (then read them all).
+                if var known, known.answers(head: read.head, generation: generation) {
+                    guard let id else {
+                        let list = known.list()
+                        self.known = known
+                        return list
                     }
+                    return known.todo(id: id).map { [$0] } ?? []
                 }
-                // Answer nothing a crash of the database could still take back.
-                if unflushed { try await Self.flush(on: connection, logger: logger) }
-                return todos
+                useKnown = false
             }
-            recordHealth(up: true)
-            return todos
         } catch {
             recordHealth(up: false, error)
             throw .unavailable
         }
     }
 
-    /// One row, one column: true when the head is ahead of the durable head.
-    static let unflushedColumn = """
-        SELECT s.head > coalesce((SELECT max(head) FROM todostream_durable), 0) AS unflushed
+    /// Reads the head and the todo with `id` (every todo, when nil) in one statement; when the
+    /// head is `knownHead` and durable, the todos are withheld (the caller knows them). A head
+    /// not yet durable is flushed before this returns (PostgresStore+Durability).
+    static func readTodos(
+        id: UUID?,
+        unlessAt knownHead: Int64,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> (head: Int64, rows: [(rowID: Int64, todo: Todo)], withheld: Bool) {
+        // The first columns say where the head is and whether a commit this snapshot sees may
+        // not be durable yet; the todos follow, or one row of NULLs.
+        let query: PostgresQuery
+        if let id {
+            query = """
+                WITH d AS (\(unescaped: Self.headColumns))
+                SELECT d.head, d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                  t.completed_at, t.deleted, t.version
+                FROM d LEFT JOIN todos t ON t.id = \(id.lowercased) AND (d.head <> \(knownHead) OR d.unflushed)
+                """
+        } else {
+            query = """
+                WITH d AS (\(unescaped: Self.headColumns))
+                SELECT d.head, d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                  t.completed_at, t.deleted, t.version
+                FROM d LEFT JOIN todos t ON d.head <> \(knownHead) OR d.unflushed
+                ORDER BY t.created_at DESC, t.seq_no DESC
+                """
+        }
+        var head: Int64 = -1
+        var unflushed = false
+        var rows: [(rowID: Int64, todo: Todo)] = []
+        for try await (value, flag, id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version)
+            in try await connection.query(query, logger: logger).decode(
+                (Int64, Bool, String?, Int64?, Int64?, String?, String?, String?, Int64?, Bool?, Int64?).self
+            )
+        {
+            head = value
+            unflushed = unflushed || flag
+            if let seqNo,
+                let todo = try StoredTodo.decodeIfPresent(
+                    (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
+                )
+            {
+                rows.append((seqNo, todo))
+            }
+        }
+        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
+        // Answer nothing a crash of the database could still take back.
+        if unflushed { try await flush(on: connection, logger: logger) }
+        return (head, rows, head == knownHead && !unflushed)
+    }
+
+    /// One row: the head, and whether it is ahead of the durable head.
+    static let headColumns = """
+        SELECT s.head, s.head > coalesce((SELECT max(head) FROM todostream_durable), 0) AS unflushed
         FROM stream_state s WHERE s.id = 1
         """
 

@@ -807,3 +807,36 @@ def test_a_commit_whose_flush_fails_is_asked_about_and_answered_saved(daemon_fac
         assert "a commit got no answer" in a.log_text() and "TSF01" in a.log_text()
         titles = [t["title"] for t in list_todos(ob)]
         assert "its flush failed" in titles, titles
+
+
+def test_a_list_read_answered_from_known_todos_still_sees_any_commit_that_moved_the_head(daemon_factory, database,
+                                                                                          postgres):
+    """A daemon answers a list read from the todos it knows when the head has not moved since;
+    any commit (here one made by hand, as another writer would) moves the head, and the next
+    read reads the rows again. A detail read likewise."""
+    a = daemon_factory(*database[1])
+    with LineClient(a.tcp_port, name="reader@A") as c:
+        _, made = create_todo(c, "as saved")
+        todo = made["payload"]["todo"]
+        assert [t["title"] for t in list_todos(c)] == ["as saved"]
+        assert [t["title"] for t in list_todos(c)] == ["as saved"], "the same answer from the known todos"
+        changed = dict(made["payload"], title="changed elsewhere",
+                       todo=dict(todo, title="changed elsewhere", version=todo["version"] + 1))
+        body = json.dumps(changed, separators=(",", ":")).replace("'", "''")
+        postgres.psql(
+            "BEGIN; UPDATE stream_state SET head = head + 1; "
+            f"UPDATE todos SET title = 'changed elsewhere', version = version + 1 WHERE id = '{todo['id']}'; "
+            "INSERT INTO journal (seq, type, payload, recorded_at) SELECT head, 'ResponseTodoViewModel', "
+            f"convert_to('{body}', 'UTF8'), 0 FROM stream_state; "
+            "INSERT INTO todostream_durable (backend, head) SELECT pg_backend_pid(), head FROM stream_state "
+            "ON CONFLICT (backend) DO UPDATE SET head = excluded.head; COMMIT;",
+            database[0],
+        )
+        assert [t["title"] for t in list_todos(c)] == ["changed elsewhere"]
+        detail = c.request({"type": "RequestTodoDetailViewModel", "payload": {"todo": {"id": todo["id"]}}})
+        assert detail["payload"]["todo"]["title"] == "changed elsewhere", detail
+        # This daemon's own next save follows the head it read, and the list after it shows it.
+        answer = toggle(c, todo)
+        assert "error" not in answer and answer["payload"]["todo"]["title"] == "changed elsewhere", answer
+        listed = list_todos(c)
+        assert [t["title"] for t in listed] == ["changed elsewhere"] and listed[0]["complete"] is True, listed

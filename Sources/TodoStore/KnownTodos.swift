@@ -1,0 +1,65 @@
+import Foundation
+import TodoApp
+
+/// Every todo in a PostgreSQL database as of one head, kept by a daemon so that a list or
+/// detail read whose head has not moved is answered without reading every row again.
+///
+/// A full list read sets it; this daemon's own commits move it on when they follow it directly
+/// (nothing else committed in between); anything else (another daemon's commit, a commit in
+/// doubt, the pool moved to another server) leaves it behind, and the next full read replaces
+/// it. A read trusts it only when the head it finds in the database is this one and durable
+/// (PostgresStore+Durability), on the same server (`generation`, the pool's client).
+struct KnownTodos {
+    /// The head these todos are the state at.
+    private(set) var head: Int64
+    /// `FailoverPool.clientGeneration` when they were read.
+    let generation: Int
+    private var todos: [UUID: (rowID: Int64, todo: Todo)]
+    private var sorted: [Todo]?
+
+    init(head: Int64, generation: Int, rows: [(rowID: Int64, todo: Todo)]) {
+        self.head = head
+        self.generation = generation
+        var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        todos.reserveCapacity(rows.count)
+        for row in rows { todos[row.todo.id] = row }
+        self.todos = todos
+    }
+
+    /// True when a read that found `head` (durable) on the client of `generation` may be
+    /// answered from here.
+    func answers(head: Int64, generation: Int) -> Bool {
+        head == self.head && generation == self.generation
+    }
+
+    /// Every todo in list order (newest first, as the database's list query orders them).
+    mutating func list() -> [Todo] {
+        if let sorted { return sorted }
+        let list = GroupCommitStore.listOrder(todos)
+        sorted = list
+        return list
+    }
+
+    func todo(id: UUID) -> Todo? { todos[id]?.todo }
+
+    /// A commit of this daemon took the seqs `first`... and left the head at `newHead`, writing
+    /// `rows` (each todo's final state and the offset of its first save in the batch). Applies
+    /// it and returns true when it follows this state directly; false when something else
+    /// committed in between (or on another server): this state is then behind.
+    mutating func committed(
+        first: Int64,
+        newHead: Int64,
+        rows: [(offset: Int64, todo: Todo)],
+        generation: Int
+    ) -> Bool {
+        guard generation == self.generation, first - 1 == head else { return false }
+        for row in rows {
+            // A todo's creation order is the seq of its first save; an update keeps it.
+            let rowID = todos[row.todo.id]?.rowID ?? (first - 1 + row.offset)
+            todos[row.todo.id] = (rowID, row.todo)
+        }
+        head = newHead
+        sorted = nil
+        return true
+    }
+}

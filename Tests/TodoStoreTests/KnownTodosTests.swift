@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+import TodoApp
+
+@testable import TodoStore
+
+/// The todos a PostgreSQL daemon keeps as of a head (`KnownTodos`): moved on only by commits
+/// that follow it directly, answering only for its own head and server.
+@Suite struct KnownTodosTests {
+    private func todo(_ title: String, createdAt: Int64, version: Int = 1) -> Todo {
+        Todo(
+            id: UUID(),
+            createdAt: Timestamp(millisecondsSince1970: createdAt),
+            title: title,
+            subtitle: "",
+            priority: .normal,
+            completedAt: nil,
+            deleted: false,
+            version: version
+        )
+    }
+
+    @Test func listsNewestFirstAndTheLaterStoredFirstWithinAMillisecond() {
+        let old = todo("old", createdAt: 1_000)
+        let first = todo("first", createdAt: 2_000)
+        let second = todo("second", createdAt: 2_000)
+        var known = KnownTodos(head: 9, generation: 1, rows: [(3, old), (5, first), (7, second)])
+        let list = known.list()
+        #expect(list.map(\.title) == ["second", "first", "old"])
+        #expect(known.todo(id: first.id)?.title == "first")
+        #expect(known.todo(id: UUID()) == nil)
+    }
+
+    @Test func aCommitThatFollowsDirectlyMovesItOnKeepingEachTodosCreationOrder() {
+        let a = todo("a", createdAt: 1_000)
+        var known = KnownTodos(head: 10, generation: 1, rows: [(4, a)])
+        var renamed = a
+        renamed.title = "a renamed"
+        renamed.version = 2
+        let b = todo("b", createdAt: 1_000)
+        // Seqs 11 and 12: the update of a (offset 1) and the creation of b (offset 2).
+        let rows: [(offset: Int64, todo: Todo)] = [(1, renamed), (2, b)]
+        let moved = known.committed(first: 11, newHead: 12, rows: rows, generation: 1)
+        #expect(moved)
+        #expect(known.head == 12)
+        #expect(known.answers(head: 12, generation: 1))
+        #expect(!known.answers(head: 10, generation: 1), "the old head is behind it now")
+        // b's creation order is its first seq (12), a keeps 4: b lists first within the millisecond.
+        let list = known.list()
+        #expect(list.map(\.title) == ["b", "a renamed"])
+        #expect(known.todo(id: a.id)?.version == 2)
+    }
+
+    @Test func aCommitAfterAGapOrOnAnotherServerLeavesItUntouched() {
+        let a = todo("a", createdAt: 1_000)
+        var known = KnownTodos(head: 10, generation: 1, rows: [(4, a)])
+        let b = todo("b", createdAt: 2_000)
+        let rows: [(offset: Int64, todo: Todo)] = [(1, b)]
+        let afterGap = known.committed(first: 12, newHead: 12, rows: rows, generation: 1)
+        #expect(!afterGap, "seq 11 is someone else's")
+        let elsewhere = known.committed(first: 11, newHead: 11, rows: rows, generation: 2)
+        #expect(!elsewhere, "the pool moved")
+        let list = known.list()
+        #expect(known.head == 10 && list.map(\.title) == ["a"])
+        #expect(!known.answers(head: 10, generation: 2), "another server's head 10 is not this one")
+    }
+}
