@@ -62,4 +62,28 @@ struct KnownTodos {
         sorted = nil
         return true
     }
+
+    /// These todos as a batch's writes change them, for the batch's reads.
+    func view() -> View { View(base: self) }
+
+    /// The known todos with a batch's saves laid over them, in the batch's order.
+    struct View {
+        private var base: KnownTodos
+        private var saves: [UUID: (rowID: Int64, todo: Todo)] = [:]
+
+        fileprivate init(base: KnownTodos) { self.base = base }
+
+        /// A write of the batch saved `todo` at `seq` (its creation order, if it is new).
+        mutating func saved(_ todo: Todo, seq: UInt64) {
+            let rowID = saves[todo.id]?.rowID ?? base.todos[todo.id]?.rowID ?? Int64(seq)
+            saves[todo.id] = (rowID, todo)
+        }
+
+        /// The todo with `id`, or every todo in list order, as the saves so far left them.
+        mutating func read(id: UUID?) -> [Todo] {
+            if let id { return (saves[id]?.todo ?? base.todo(id: id)).map { [$0] } ?? [] }
+            guard !saves.isEmpty else { return base.list() }
+            return GroupCommitStore.listOrder(base.todos.merging(saves) { _, saved in saved })
+        }
+    }
 }

@@ -127,9 +127,7 @@ enum PostgresMigrations {
             ) LANGUAGE plpgsql AS $$
             DECLARE
               v_matching INTEGER;
-              v_repeated INTEGER;
             BEGIN
-              PERFORM set_config('enable_seqscan', 'off', true);
               PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
               SELECT head INTO p_head FROM stream_state WHERE id = 1 FOR UPDATE;
               IF p_head IS NULL THEN
@@ -139,8 +137,8 @@ enum PostgresMigrations {
                 FROM unnest(p_check_ids, p_check_versions) AS c(id, version)
                 LEFT JOIN todos t ON t.id = c.id
                 WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
-              SELECT count(*) INTO v_repeated FROM journal WHERE mid = ANY(p_mids);
-              IF v_matching <> coalesce(cardinality(p_check_ids), 0) OR v_repeated > 0 THEN
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0)
+                OR EXISTS (SELECT 1 FROM journal WHERE mid = ANY(p_mids)) THEN
                 p_head := -1;
                 ROLLBACK;
                 RETURN;
@@ -193,6 +191,11 @@ enum PostgresMigrations {
             commitProcedure(name: "todostream_commit", flushAfterOrdering: false),
             commitProcedure(name: "todostream_commit_flush", flushAfterOrdering: true),
         ],
+        // 7: a batch that answers reads from the todos the daemon knows commits only at the
+        // head it read them at. `todostream_commit_flush` gains `p_expect_head` (a new
+        // overload; NULL expects nothing): when the head under the lock is another, nothing is
+        // written and p_head comes back -1, as for a todo that changed.
+        [commitProcedure(name: "todostream_commit_flush", flushAfterOrdering: true, expectHead: true)],
     ]
 
     /// Moves this backend's row of `todostream_durable` to `head` (never back).
@@ -202,7 +205,7 @@ enum PostgresMigrations {
         """
 
     /// Step 5's commit procedure (the same arguments), with the durability mark of step 6.
-    static func commitProcedure(name: String, flushAfterOrdering: Bool) -> String {
+    static func commitProcedure(name: String, flushAfterOrdering: Bool, expectHead: Bool = false) -> String {
         let finish: String
         if flushAfterOrdering {
             finish = """
@@ -230,7 +233,7 @@ enum PostgresMigrations {
               p_ids TEXT[], p_offsets BIGINT[], p_created BIGINT[], p_titles TEXT[], p_subtitles TEXT[],
               p_priorities TEXT[], p_completed BIGINT[], p_has_completed BOOLEAN[], p_deleted BOOLEAN[],
               p_versions BIGINT[], p_types TEXT[], p_payloads BYTEA[], p_mids TEXT[], p_recorded_at BIGINT,
-              INOUT p_head BIGINT DEFAULT NULL
+              \(expectHead ? "p_expect_head BIGINT, " : "")INOUT p_head BIGINT DEFAULT NULL
             ) LANGUAGE plpgsql AS $$
             DECLARE
               v_matching INTEGER;
@@ -247,7 +250,8 @@ enum PostgresMigrations {
                 LEFT JOIN todos t ON t.id = c.id
                 WHERE (c.version < 0 AND t.id IS NULL) OR t.version = c.version;
               SELECT count(*) INTO v_repeated FROM journal WHERE mid = ANY(p_mids);
-              IF v_matching <> coalesce(cardinality(p_check_ids), 0) OR v_repeated > 0 THEN
+              IF v_matching <> coalesce(cardinality(p_check_ids), 0) OR v_repeated > 0
+                \(expectHead ? "OR p_head <> coalesce(p_expect_head, p_head) " : "")THEN
                 p_head := -1;
                 ROLLBACK;
                 RETURN;

@@ -78,13 +78,25 @@ extension PostgresStore {
     /// batch that loses a race for a todo to another daemon reads again; after
     /// `optimisticAttempts` it holds the commit advisory lock from its read to its commit, and
     /// cannot lose.
-    func commit(_ writes: [TodoWrite], time: Timestamp, prune: Bool) async -> [Result<SavedTodo, AppError>] {
+    ///
+    /// With `expectHead`, the batch commits only at that head (one attempt, no lock): when the
+    /// head is another, nothing is written and this returns nil.
+    func commit(
+        _ writes: [TodoWrite],
+        time: Timestamp,
+        prune: Bool,
+        expectHead: Int64? = nil
+    ) async -> [Result<SavedTodo, AppError>]? {
         let origin = claims.begin()
         let logger = self.logger
         let generation = pool.clientGeneration
         var outcome = TransactionOutcome.stale
         var attempt = 0
         while case .stale = outcome {
+            if expectHead != nil, attempt > 0 {
+                claims.finish(origin)
+                return nil
+            }
             attempt += 1
             let locked = attempt > Self.optimisticAttempts
             let progress = TransactionGuard()
@@ -96,6 +108,7 @@ extension PostgresStore {
                         time: time,
                         origin: origin,
                         locked: locked,
+                        expectHead: expectHead,
                         progress: progress,
                         staged: { batch in staged.withLockedValue { $0 = batch } },
                         on: connection,
@@ -232,6 +245,7 @@ extension PostgresStore {
         time: Timestamp,
         origin: String,
         locked: Bool,
+        expectHead: Int64? = nil,
         progress: TransactionGuard,
         staged: @Sendable (Staged) -> Void,
         on connection: PostgresConnection,
@@ -255,6 +269,10 @@ extension PostgresStore {
                 on: connection,
                 logger: logger
             )
+            if let expectHead, head != expectHead {
+                if locked { await unlock(connection, logger: logger) }
+                return .stale
+            }
             batch = stage(writes, ids: ids, stored: stored, applied: applied, head: head, time: time)
         } catch {
             if locked { try? await connection.close() }
@@ -280,7 +298,7 @@ extension PostgresStore {
         }
         let newHead: Int64
         do {
-            newHead = try await write(batch, origin: origin, on: connection, logger: logger)
+            newHead = try await write(batch, origin: origin, expectHead: expectHead, on: connection, logger: logger)
         } catch {
             if locked { try? await connection.close() }
             return refused(error) ? .failed(error) : .inDoubt(staged: batch, error: error)
@@ -435,6 +453,7 @@ extension PostgresStore {
     static func write(
         _ batch: Staged,
         origin: String,
+        expectHead: Int64? = nil,
         on connection: PostgresConnection,
         logger: Logger
     ) async throws -> Int64 {
@@ -456,6 +475,7 @@ extension PostgresStore {
         binds.append(batch.entries.map { ByteBuffer(bytes: $0.payload) })
         binds.append(batch.entries.map { $0.mid ?? "" })
         binds.append(Timestamp.now().millisecondsSince1970)
+        binds.append(expectHead)
         let sql =
             "CALL todostream_commit_flush(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
         var head: Int64 = -1

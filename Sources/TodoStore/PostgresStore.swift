@@ -345,6 +345,7 @@ public actor PostgresStore: ServedStore {
                 idleWaiters.removeAll()
             }
         }
+        if let answers = await executeAtOnce(batch) { return answers }
         var answers: [ModelAnswer] = []
         answers.reserveCapacity(batch.count)
         var index = 0
@@ -367,9 +368,52 @@ public actor PostgresStore: ServedStore {
             let prune = commitsSincePrune >= GroupCommitStore.commitsPerPrune
             if prune { commitsSincePrune = 0 }
             let started = ContinuousClock.now
-            let results = await commit(writes, time: now(), prune: prune)
+            let results = await commit(writes, time: now(), prune: prune) ?? writes.map { _ in .failure(.unavailable) }
             commitLatency.record(ContinuousClock.now - started)
             answers.append(contentsOf: results.map { .write($0) })
+        }
+        return answers
+    }
+
+    /// A batch of reads and writes, when this daemon knows every todo (`known`): its writes
+    /// commit in one transaction, at the head the todos are known at, and each read is answered
+    /// from the known todos as the batch's writes before it left them. Nil, with nothing done,
+    /// when that cannot be (no known todos, a batch of one kind only, or the head has moved):
+    /// `execute` then runs it a run of writes at a time.
+    private func executeAtOnce(_ batch: [ModelRequest]) async -> [ModelAnswer]? {
+        guard let known, known.generation == pool.clientGeneration else { return nil }
+        var writes: [TodoWrite] = []
+        var reads = 0
+        for request in batch {
+            switch request {
+            case .write(let write): writes.append(write)
+            case .read: reads += 1
+            }
+        }
+        guard reads > 0, !writes.isEmpty else { return nil }
+        let started = ContinuousClock.now
+        let prune = commitsSincePrune + 1 >= GroupCommitStore.commitsPerPrune
+        guard let results = await commit(writes, time: now(), prune: prune, expectHead: known.head) else {
+            return nil
+        }
+        commitsSincePrune = prune ? 0 : commitsSincePrune + 1
+        commitLatency.record(ContinuousClock.now - started)
+        // Every write failed for want of the database: so do the reads.
+        let unavailable = results.allSatisfy { if case .failure(.unavailable) = $0 { true } else { false } }
+        var view = known.view()
+        var answers: [ModelAnswer] = []
+        answers.reserveCapacity(batch.count)
+        var next = 0
+        for request in batch {
+            switch request {
+            case .write:
+                let result = results[next]
+                next += 1
+                answers.append(.write(result))
+                if case .success(let saved) = result, !saved.duplicate { view.saved(saved.todo, seq: saved.seq) }
+            case .read(let read):
+                answers.append(.read(unavailable ? .failure(.unavailable) : .success(view.read(id: read.id))))
+            }
         }
         return answers
     }

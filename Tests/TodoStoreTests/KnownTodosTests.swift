@@ -4,22 +4,23 @@ import TodoApp
 
 @testable import TodoStore
 
+/// A todo made at `createdAt` (ms since 1970), version 1.
+private func todo(_ title: String, createdAt: Int64) -> Todo {
+    Todo(
+        id: UUID(),
+        createdAt: Timestamp(millisecondsSince1970: createdAt),
+        title: title,
+        subtitle: "",
+        priority: .normal,
+        completedAt: nil,
+        deleted: false,
+        version: 1
+    )
+}
+
 /// The todos a PostgreSQL daemon keeps as of a head (`KnownTodos`): moved on only by commits
 /// that follow it directly, answering only for its own head and server.
 @Suite struct KnownTodosTests {
-    private func todo(_ title: String, createdAt: Int64, version: Int = 1) -> Todo {
-        Todo(
-            id: UUID(),
-            createdAt: Timestamp(millisecondsSince1970: createdAt),
-            title: title,
-            subtitle: "",
-            priority: .normal,
-            completedAt: nil,
-            deleted: false,
-            version: version
-        )
-    }
-
     @Test func listsNewestFirstAndTheLaterStoredFirstWithinAMillisecond() {
         let old = todo("old", createdAt: 1_000)
         let first = todo("first", createdAt: 2_000)
@@ -63,5 +64,31 @@ import TodoApp
         let list = known.list()
         #expect(known.head == 10 && list.map(\.title) == ["a"])
         #expect(!known.answers(head: 10, generation: 2), "another server's head 10 is not this one")
+    }
+}
+
+/// A batch's reads answered from the known todos and the batch's own saves before them.
+@Suite struct KnownTodosViewTests {
+    @Test func aReadSeesTheSavesBeforeItAndANewTodoTakesItsSeqAsCreationOrder() {
+        let a = todo("a", createdAt: 5_000)
+        let known = KnownTodos(head: 10, generation: 1, rows: [(4, a)])
+        var view = known.view()
+        let before = view.read(id: nil)
+        #expect(before.map(\.title) == ["a"])
+        let b = todo("b", createdAt: 5_000)
+        view.saved(b, seq: 11)
+        var renamed = a
+        renamed.title = "a renamed"
+        view.saved(renamed, seq: 12)
+        let after = view.read(id: nil)
+        // Same millisecond: b (creation order 11) lists before a (4).
+        #expect(after.map(\.title) == ["b", "a renamed"])
+        let detail = view.read(id: a.id)
+        #expect(detail.map(\.title) == ["a renamed"])
+        let missing = view.read(id: UUID())
+        #expect(missing.isEmpty)
+        var untouched = known
+        let list = untouched.list()
+        #expect(list.map(\.title) == ["a"], "the known todos themselves are not changed by a view")
     }
 }

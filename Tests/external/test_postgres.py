@@ -840,3 +840,42 @@ def test_a_list_read_answered_from_known_todos_still_sees_any_commit_that_moved_
         assert "error" not in answer and answer["payload"]["todo"]["title"] == "changed elsewhere", answer
         listed = list_todos(c)
         assert [t["title"] for t in listed] == ["changed elsewhere"] and listed[0]["complete"] is True, listed
+
+
+def test_reads_pipelined_between_writes_see_exactly_the_writes_before_them(daemon_factory, database):
+    """A batch of reads and writes commits its writes once and answers each read as the
+    writes before it left the todos: toggles and reads pipelined in one go, each read sees
+    the toggles sent before it and none sent after it."""
+    a = daemon_factory(*database[1])
+    with LineClient(a.tcp_port, name="pipeliner@A") as c:
+        _, made = create_todo(c, "toggled in a pipeline")
+        todo = made["payload"]["todo"]
+        for round_ in range(5):
+            list_todos(c)  # the daemon now knows every todo
+            kinds, ids = [], []
+            for step in range(8):
+                rid = next_id(f"p{round_}")
+                if step % 2 == 0:
+                    c.send({"type": "RequestToggleCompleteTodoViewModel", "id": rid,
+                            "payload": {"todo": {"id": todo["id"]}}})
+                    kinds.append("toggle")
+                elif step % 4 == 1:
+                    c.send({"type": "RequestTodoViewModels", "id": rid})
+                    kinds.append("list")
+                else:
+                    c.send({"type": "RequestTodoDetailViewModel", "id": rid, "payload": {"todo": {"id": todo["id"]}}})
+                    kinds.append("detail")
+                ids.append(rid)
+            completed = todo["completedAt"] is not None
+            for kind, rid in zip(kinds, ids):
+                reply = c.expect(lambda f, rid=rid: f.get("re") == rid and f.get("type", "").startswith("Response")
+                                 and ("seq" in f or kind != "toggle"), timeout=30)
+                assert "error" not in reply, reply
+                if kind == "toggle":
+                    completed = not completed
+                    assert (reply["payload"]["todo"]["completedAt"] is not None) == completed, reply
+                elif kind == "list":
+                    assert [t["complete"] for t in reply["payload"]] == [completed], (round_, reply)
+                else:
+                    assert (reply["payload"]["todo"]["completedAt"] is not None) == completed, (round_, reply)
+            todo = dict(todo, completedAt="x" if completed else None)
