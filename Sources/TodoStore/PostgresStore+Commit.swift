@@ -81,12 +81,17 @@ extension PostgresStore {
     ///
     /// With `expectHead`, the batch commits only at that head (one attempt, no lock): when the
     /// head is another, nothing is written and this returns nil.
+    ///
+    /// Records each answered commit's latency, and prunes the journal after every
+    /// `GroupCommitStore.commitsPerPrune` commits.
     func commit(
         _ writes: [TodoWrite],
         time: Timestamp,
-        prune: Bool,
         expectHead: Int64? = nil
     ) async -> [Result<SavedTodo, AppError>]? {
+        let started = ContinuousClock.now
+        var answered = true
+        defer { if answered { commitLatency.record(ContinuousClock.now - started) } }
         let origin = claims.begin()
         let logger = self.logger
         let generation = pool.clientGeneration
@@ -95,6 +100,7 @@ extension PostgresStore {
         while case .stale = outcome {
             if expectHead != nil, attempt > 0 {
                 claims.finish(origin)
+                answered = false
                 return nil
             }
             attempt += 1
@@ -138,7 +144,11 @@ extension PostgresStore {
                 known = nil
             }
             recordHealth(up: true)
-            if prune { await self.prune() }
+            commitsSincePrune += 1
+            if commitsSincePrune >= GroupCommitStore.commitsPerPrune {
+                commitsSincePrune = 0
+                await prune()
+            }
             return results
         case .stale, .failed:
             claims.finish(origin)
@@ -236,10 +246,10 @@ extension PostgresStore {
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
-    /// todostream_commit_flush`, which commits and flushes before it answers. `locked`: the attempt holds the
-    /// commit advisory lock exclusively from its read to its commit, so no other batch can
-    /// commit in between and the check cannot fail; on any failure the connection is closed,
-    /// which releases the lock.
+    /// todostream_commit_flush`, which commits and flushes before it answers. `locked`: the
+    /// attempt holds the commit advisory lock exclusively from its read to its commit, so no
+    /// other batch can commit in between and the check cannot fail; on any failure the
+    /// connection is closed, which releases the lock.
     static func attempt(
         _ writes: [TodoWrite],
         time: Timestamp,

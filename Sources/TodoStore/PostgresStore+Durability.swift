@@ -11,9 +11,9 @@ import PostgresNIO
 /// head in `todostream_durable`, or makes it durable first with `flush`: a synchronous commit
 /// flushes the log up to itself, and so every commit that was visible before it.
 extension PostgresStore {
-    /// The head and how far it is durable, in one snapshot.
-    static let durabilityQuery: PostgresQuery = """
-        SELECT s.head, coalesce((SELECT max(head) FROM todostream_durable), 0)
+    /// One row, `head` and `durable`: the head and how far it is durable, in one snapshot.
+    static let headAndDurable = """
+        SELECT s.head, coalesce((SELECT max(head) FROM todostream_durable), 0) AS durable
         FROM stream_state s WHERE s.id = 1
         """
 
@@ -23,9 +23,11 @@ extension PostgresStore {
         logger: Logger
     ) async throws -> (head: Int64, durable: Int64) {
         var result: (head: Int64, durable: Int64)?
-        for try await (head, durable) in try await connection.query(durabilityQuery, logger: logger)
-            .decode((Int64, Int64).self)
-        {
+        for try await (head, durable) in try await connection.query(
+            PostgresQuery(unsafeSQL: headAndDurable),
+            logger: logger
+        )
+        .decode((Int64, Int64).self) {
             result = (head, durable)
         }
         guard let result else { throw StoreError(message: "the database has no stream_state row") }

@@ -16,8 +16,9 @@ import TodoApp
 /// out once it is durable (PostgresStore+Durability). So `seq` is gapless and global, and a
 /// failed transaction leaves nothing behind.
 ///
-/// Reads go to the database (no cache to go stale when other daemons write). A journal follower
-/// (`JournalFollower`) hands other daemons' broadcasts to the hub.
+/// Reads go to the database, which answers with the head only while it has not moved since the
+/// daemon last read every todo (`KnownTodos`): so they see other daemons' writes at once. A
+/// journal follower (`JournalFollower`) hands other daemons' broadcasts to the hub.
 public actor PostgresStore: ServedStore {
 
     let pool: FailoverPool
@@ -35,8 +36,9 @@ public actor PostgresStore: ServedStore {
     /// `runConnections()` was called: the pool runs (once only) in its caller's task.
     private var poolStarted = false
     private var following = false
-    public private(set) var commitLatency = LatencyHistogram()
-    private var commitsSincePrune = 0
+    public internal(set) var commitLatency = LatencyHistogram()
+    /// Commits since the journal was last pruned (`commit`).
+    var commitsSincePrune = 0
     /// Every todo as of a head, for reads that find the head unmoved (`KnownTodos`).
     var known: KnownTodos?
     /// Batches being executed.
@@ -244,17 +246,17 @@ public actor PostgresStore: ServedStore {
         let query: PostgresQuery
         if let id {
             query = """
-                WITH d AS (\(unescaped: Self.headColumns))
-                SELECT d.head, d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                WITH d AS (\(unescaped: Self.headAndDurable))
+                SELECT d.head, d.head > d.durable, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
                   t.completed_at, t.deleted, t.version
-                FROM d LEFT JOIN todos t ON t.id = \(id.lowercased) AND (d.head <> \(knownHead) OR d.unflushed)
+                FROM d LEFT JOIN todos t ON t.id = \(id.lowercased) AND (d.head <> \(knownHead) OR d.head > d.durable)
                 """
         } else {
             query = """
-                WITH d AS (\(unescaped: Self.headColumns))
-                SELECT d.head, d.unflushed, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
+                WITH d AS (\(unescaped: Self.headAndDurable))
+                SELECT d.head, d.head > d.durable, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
                   t.completed_at, t.deleted, t.version
-                FROM d LEFT JOIN todos t ON d.head <> \(knownHead) OR d.unflushed
+                FROM d LEFT JOIN todos t ON d.head <> \(knownHead) OR d.head > d.durable
                 ORDER BY t.created_at DESC, t.seq_no DESC
                 """
         }
@@ -280,29 +282,6 @@ public actor PostgresStore: ServedStore {
         // Answer nothing a crash of the database could still take back.
         if unflushed { try await flush(on: connection, logger: logger) }
         return (head, rows, head == knownHead && !unflushed)
-    }
-
-    /// One row: the head, and whether it is ahead of the durable head.
-    static let headColumns = """
-        SELECT s.head, s.head > coalesce((SELECT max(head) FROM todostream_durable), 0) AS unflushed
-        FROM stream_state s WHERE s.id = 1
-        """
-
-    /// Decodes rows of `SELECT id, seq_no, created_at, title, subtitle, priority, completed_at,
-    /// deleted, version`.
-    static func todos(_ rows: PostgresRowSequence) async throws -> [(rowID: Int64, todo: Todo)] {
-        var todos: [(rowID: Int64, todo: Todo)] = []
-        for try await (id, seqNo, createdAt, title, subtitle, priority, completedAt, deleted, version) in rows.decode(
-            (String, Int64, Int64, String, String, String, Int64?, Bool, Int64).self
-        ) {
-            guard
-                let todo = try StoredTodo.decodeIfPresent(
-                    (id, createdAt, title, subtitle, priority, completedAt, deleted, version)
-                )
-            else { continue }
-            todos.append((seqNo, todo))
-        }
-        return todos
     }
 
     func recordHealth(up: Bool, _ error: (any Error)? = nil) {
@@ -364,12 +343,7 @@ public actor PostgresStore: ServedStore {
                 writes.append(write)
                 index += 1
             }
-            commitsSincePrune += 1
-            let prune = commitsSincePrune >= GroupCommitStore.commitsPerPrune
-            if prune { commitsSincePrune = 0 }
-            let started = ContinuousClock.now
-            let results = await commit(writes, time: now(), prune: prune) ?? writes.map { _ in .failure(.unavailable) }
-            commitLatency.record(ContinuousClock.now - started)
+            let results = await commit(writes, time: now()) ?? writes.map { _ in .failure(.unavailable) }
             answers.append(contentsOf: results.map { .write($0) })
         }
         return answers
@@ -391,13 +365,7 @@ public actor PostgresStore: ServedStore {
             }
         }
         guard reads > 0, !writes.isEmpty else { return nil }
-        let started = ContinuousClock.now
-        let prune = commitsSincePrune + 1 >= GroupCommitStore.commitsPerPrune
-        guard let results = await commit(writes, time: now(), prune: prune, expectHead: known.head) else {
-            return nil
-        }
-        commitsSincePrune = prune ? 0 : commitsSincePrune + 1
-        commitLatency.record(ContinuousClock.now - started)
+        guard let results = await commit(writes, time: now(), expectHead: known.head) else { return nil }
         // Every write failed for want of the database: so do the reads.
         let unavailable = results.allSatisfy { if case .failure(.unavailable) = $0 { true } else { false } }
         var view = known.view()
