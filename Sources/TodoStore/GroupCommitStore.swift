@@ -1,6 +1,5 @@
 import EventStream
 import Foundation
-import NIOCore
 import TodoApp
 
 /// The todo store: todos held in memory, every write committed durably through a backend, one
@@ -12,11 +11,11 @@ import TodoApp
 public actor GroupCommitStore: TodoStore, JournalReader {
     private let backend: any StorageBackend
     private let now: @Sendable () -> Timestamp
-    /// The store runs on this loop: the one its database completes on and the sequencer runs
-    /// on, so a batch's commit needs no hop between threads but the database's own.
-    private let loop: any EventLoop
+    /// The store runs here: for SQLite the store's thread, where the sequencer runs too and the
+    /// commit is a synchronous call, so a batch's commit crosses no thread.
+    private let executor: any SerialExecutor
 
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
     private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:] {
         didSet { sortedTodos = nil }
@@ -41,11 +40,11 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     init(
         backend: any StorageBackend,
         state: LoadedState,
-        loop: any EventLoop,
+        executor: any SerialExecutor,
         now: @escaping @Sendable () -> Timestamp
     ) {
         self.backend = backend
-        self.loop = loop
+        self.executor = executor
         self.now = now
         self.epoch = state.position.epoch
         self.head = state.position.head

@@ -62,15 +62,16 @@ final class InMemoryBackend: StorageBackend {
 }
 
 extension GroupCommitStore {
-    /// A store that keeps everything in memory.
+    /// A store that keeps everything in memory, run by `executor` (by default an event loop:
+    /// its commits never block).
     public static func inMemory(
         retention: JournalRetention = JournalRetention(),
-        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
+        executor: any SerialExecutor = MultiThreadedEventLoopGroup.singleton.any().executor,
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async -> (GroupCommitStore, InMemoryFaults) {
         let backend = InMemoryBackend(retention: retention)
         let state = LoadedState(todos: [], position: JournalPosition(epoch: backend.epoch, head: 0, oldest: 1))
-        let store = GroupCommitStore(backend: backend, state: state, loop: eventLoop, now: now)
+        let store = GroupCommitStore(backend: backend, state: state, executor: executor, now: now)
         return (store, InMemoryFaults(backend: backend))
     }
 }

@@ -8,13 +8,17 @@ import SQLiteNIO
 import TodoApp
 
 /// SQLite in WAL mode in the data directory: one connection writes (one commit per batch), one
-/// reads the journal, one checkpoints. All calls run on a thread pool, never on an event loop.
+/// reads, one checkpoints.
 ///
-/// The writer never checkpoints (`wal_autocheckpoint=0`), so no commit waits for the WAL to be
-/// copied into the database file: every `checkpointEvery` commits a passive checkpoint runs on
-/// its own connection, beside the commits (one at a time).
+/// The writer (`SQLiteWriter`) is called synchronously on the store's thread, with statements
+/// prepared once. The reader and the checkpointer are sqlite-nio connections, whose calls run on
+/// a thread pool, never on an event loop. The writer never checkpoints
+/// (`wal_autocheckpoint=0`), so no commit waits for the WAL to be copied into the database
+/// file: every `checkpointEvery` commits a passive checkpoint runs on its own connection,
+/// beside the commits (one at a time).
 final class SQLiteBackend: StorageBackend {
-    private let writer: SQLiteConnection
+    private let writer: SQLiteWriter
+    private let thread: StoreThread
     private let reader: SQLiteConnection
     private let checkpointer: SQLiteConnection
     let retention: JournalRetention
@@ -32,13 +36,15 @@ final class SQLiteBackend: StorageBackend {
     }
 
     private init(
-        writer: SQLiteConnection,
+        writer: SQLiteWriter,
+        thread: StoreThread,
         reader: SQLiteConnection,
         checkpointer: SQLiteConnection,
         retention: JournalRetention,
         logger: Logger
     ) {
         self.writer = writer
+        self.thread = thread
         self.reader = reader
         self.checkpointer = checkpointer
         self.retention = retention
@@ -53,55 +59,52 @@ final class SQLiteBackend: StorageBackend {
         synchronousFull: Bool,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
+        thread: StoreThread,
         logger: Logger
     ) async throws -> SQLiteBackend {
         let path = (directory as NSString).appendingPathComponent(fileName)
-        let writer = try await SQLiteConnection.open(
+        // The reader migrates the schema first, then only reads.
+        let reader = try await SQLiteConnection.open(
             storage: .file(path: path),
             threadPool: threadPool,
             logger: logger,
             on: eventLoop
         )
+        var opened: (writer: SQLiteWriter?, checkpointer: SQLiteConnection?) = (nil, nil)
         do {
-            try await writer.exec("PRAGMA journal_mode=WAL")
-            try await writer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
-            try await writer.exec("PRAGMA wal_autocheckpoint=0")
-            // The whole working set stays in the writer's cache; pages are read through a map,
-            // not a read(2) each.
-            try await writer.exec("PRAGMA cache_size=-65536")
-            try await writer.exec("PRAGMA mmap_size=268435456")
-            // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
-            try await writer.exec("PRAGMA journal_size_limit=67108864")
-            try await Migrations.run(on: writer)
-            let reader = try await SQLiteConnection.open(
-                storage: .file(path: path),
-                threadPool: threadPool,
-                logger: logger,
-                on: eventLoop
-            )
+            try await reader.exec("PRAGMA journal_mode=WAL")
+            try await Migrations.run(on: reader)
             try await reader.exec("PRAGMA query_only=1")
+            let writer = try await thread.perform {
+                try SQLiteWriter.open(path: path, synchronousFull: synchronousFull)
+            }
+            opened.writer = writer
             let checkpointer = try await SQLiteConnection.open(
                 storage: .file(path: path),
                 threadPool: threadPool,
                 logger: logger,
                 on: eventLoop
             )
+            opened.checkpointer = checkpointer
             try await checkpointer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
             return SQLiteBackend(
                 writer: writer,
+                thread: thread,
                 reader: reader,
                 checkpointer: checkpointer,
                 retention: retention,
                 logger: logger
             )
         } catch {
-            try? await writer.close()
+            try? await opened.checkpointer?.close()
+            if let writer = opened.writer { _ = try? await thread.perform { writer.close() } }
+            try? await reader.close()
             throw error
         }
     }
 
     func load() async throws -> LoadedState {
-        let todoRows = try await writer.rows(
+        let todoRows = try await reader.rows(
             "SELECT id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version FROM todos",
             []
         )
@@ -123,14 +126,14 @@ final class SQLiteBackend: StorageBackend {
             )
             todos.append((Int64(rowID), todo))
         }
-        let epochRows = try await writer.rows("SELECT value FROM meta WHERE key = 'epoch'", [])
+        let epochRows = try await reader.rows("SELECT value FROM meta WHERE key = 'epoch'", [])
         guard let epoch = epochRows.first?.column("value")?.string else {
             throw StoreError(message: "The journal has no epoch.")
         }
-        let headRows = try await writer.rows("SELECT value FROM meta WHERE key = 'head'", [])
+        let headRows = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
         let head = UInt64(headRows.first?.column("value")?.string ?? "0") ?? 0
         let oldest = try await oldestRetained() ?? head + 1
-        let mutationRows = try await writer.rows(
+        let mutationRows = try await reader.rows(
             "SELECT seq, type, payload, mid, recorded_at FROM journal WHERE mid IS NOT NULL ORDER BY seq",
             []
         )
@@ -156,61 +159,21 @@ final class SQLiteBackend: StorageBackend {
         )
     }
 
+    /// Commits synchronously: the caller is the store, on the store's thread.
     nonisolated(nonsending) func commit(
         _ batch: [CommitRecord],
-        recordedAt time: Int64,
+        recordedAt: Int64,
         prune: JournalPrune?
     ) async throws {
         guard !batch.isEmpty else { return }
-        let recordedAt = SQLiteData.integer(SQLiteInt64(time))
-        var binds: [SQLiteData] = []
-        binds.reserveCapacity(batch.count * 14)
-        for record in batch {
-            let todo = record.todo
-            binds += [
-                .text(todo.id.lowercased), .integer(SQLiteInt64(record.rowID)),
-                .integer(SQLiteInt64(todo.createdAt.millisecondsSince1970)), .text(todo.title),
-                .text(todo.subtitle),
-                .text(todo.priority.rawValue),
-                todo.completedAt.map { .integer(SQLiteInt64($0.millisecondsSince1970)) } ?? .null,
-                .integer(todo.deleted ? 1 : 0), .integer(SQLiteInt64(todo.version)),
-                .integer(SQLiteInt64(record.entry.seq)), .text(record.entry.type),
-                .blob(ByteBuffer(bytes: record.entry.payload)), recordedAt,
-                record.entry.mid.map { .text($0) } ?? .null,
-            ]
-        }
-        // One statement (see `Migrations`, steps 2 and 5) writes todos, journal and head atomically.
-        let values = Array(repeating: "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", count: batch.count).joined(separator: ",")
-        let insert = """
-            INSERT INTO commit_log (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version,
-              seq, type, payload, recorded_at, mid)
-            VALUES \(values)
-            """
+        assert(thread.isCurrent, "SQLite commits run on the store's thread")
         do {
-            guard let prune else {
-                // Outside BEGIN … COMMIT the statement is its own transaction, durable on return.
-                try await writer.exec(insert, binds)
-                checkpointIfDue()
-                return
-            }
-            try await writer.exec("BEGIN IMMEDIATE")
-            do {
-                try await writer.exec(insert, binds)
-                // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
-                try await writer.exec("DELETE FROM journal WHERE seq < ?", [.integer(SQLiteInt64(prune.keepFrom))])
-                if let cutoff = prune.cutoff {
-                    try await writer.exec("DELETE FROM journal WHERE recorded_at < ?", [.integer(SQLiteInt64(cutoff))])
-                }
-                try await writer.exec("COMMIT")
-                checkpointIfDue()
-            } catch {
-                try? await writer.exec("ROLLBACK")
-                throw error
-            }
+            try writer.commit(batch, recordedAt: recordedAt, prune: prune)
         } catch {
-            logger.error("commit failed", metadata: ["error": "\(String(reflecting: error))"])
+            logger.error("commit failed", metadata: ["error": "\(error)"])
             throw error
         }
+        checkpointIfDue()
     }
 
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
@@ -278,7 +241,8 @@ final class SQLiteBackend: StorageBackend {
         try? await checkpointer.exec("PRAGMA wal_checkpoint(TRUNCATE)")
         try? await checkpointer.close()
         try? await reader.close()
-        try? await writer.close()
+        let writer = self.writer
+        _ = try? await thread.perform { writer.close() }
     }
 }
 

@@ -6,7 +6,10 @@ import NIOPosix
 import TodoApp
 
 extension GroupCommitStore {
-    /// Opens (creating if needed) the SQLite store in `directory`.
+    /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
+    /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that
+    /// a batch and its commit run on one thread. `eventLoop` is where the journal reads of
+    /// resuming clients complete.
     ///
     /// Throws `StoreError` with a one-line message naming the directory when it cannot be
     /// created or written.
@@ -16,10 +19,12 @@ extension GroupCommitStore {
         synchronousFull: Bool = true,
         threadPool: NIOThreadPool = .singleton,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
+        thread: StoreThread? = nil,
         logger: Logger = Logger(label: "todostream.store"),
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async throws -> GroupCommitStore {
         try prepareDirectory(directory)
+        let thread = thread ?? StoreThread()
         let backend: SQLiteBackend
         do {
             backend = try await SQLiteBackend.open(
@@ -28,6 +33,7 @@ extension GroupCommitStore {
                 synchronousFull: synchronousFull,
                 threadPool: threadPool,
                 eventLoop: eventLoop,
+                thread: thread,
                 logger: logger
             )
         } catch let error as StoreError {
@@ -43,7 +49,7 @@ extension GroupCommitStore {
             await backend.close()
             throw StoreError(message: "cannot read the database in data directory \(directory): \(error)")
         }
-        return GroupCommitStore(backend: backend, state: state, loop: eventLoop, now: now)
+        return GroupCommitStore(backend: backend, state: state, executor: thread, now: now)
     }
 
     static func prepareDirectory(_ directory: String) throws {

@@ -170,13 +170,13 @@ final class Daemon: Sendable {
         resolver: (@Sendable () throws -> DaemonOptions)?,
         signalService: (@Sendable (Reloader) -> any Service)?
     ) async throws -> Daemon {
-        // The loop the sequencer runs on, and the SQLite store with it.
-        let sequencerLoop = group.next()
+        // The thread the sequencer runs on, and the SQLite store with it.
+        let sequencerThread = StoreThread(name: "sequencer")
         let store: any ServedStore
         if let givenStore {
             store = givenStore
         } else {
-            store = try await openStore(options, logger: logger, group: group, loop: sequencerLoop)
+            store = try await openStore(options, logger: logger, group: group, thread: sequencerThread)
         }
         do {
             return try await wire(
@@ -184,7 +184,7 @@ final class Daemon: Sendable {
                 store: store,
                 logger: logger,
                 group: group,
-                sequencerLoop: sequencerLoop,
+                sequencerThread: sequencerThread,
                 resolver: resolver,
                 signalService: signalService
             )
@@ -201,7 +201,7 @@ final class Daemon: Sendable {
         store: any ServedStore,
         logger: Logger,
         group: any EventLoopGroup,
-        sequencerLoop: any EventLoop,
+        sequencerThread: StoreThread,
         resolver: (@Sendable () throws -> DaemonOptions)?,
         signalService: (@Sendable (Reloader) -> any Service)?
     ) async throws -> Daemon {
@@ -327,7 +327,7 @@ final class Daemon: Sendable {
             .init(service: StoreConnectionsService(store: store), serviceName: "store-connections"),
             .init(service: StoreService(store: store), serviceName: "store"),
             .init(service: follower, serviceName: "journal-follower"),
-            .init(service: SequencerService(sequencer: sequencer, loop: sequencerLoop), serviceName: "sequencer"),
+            .init(service: SequencerService(sequencer: sequencer, thread: sequencerThread), serviceName: "sequencer"),
             .init(service: relay, serviceName: "relay"),
             .init(service: systemd, serviceName: "systemd"),
         ]
@@ -361,18 +361,19 @@ final class Daemon: Sendable {
         _ options: DaemonOptions,
         logger: Logger,
         group: any EventLoopGroup,
-        loop: any EventLoop
+        thread: StoreThread
     ) async throws -> any ServedStore {
         switch options.engine {
         case .memory:
-            return await GroupCommitStore.inMemory(retention: options.retention, eventLoop: loop).0
+            return await GroupCommitStore.inMemory(retention: options.retention, executor: thread).0
         case .sqlite:
             do {
                 let store = try await GroupCommitStore.sqlite(
                     directory: options.dataDirectory,
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
-                    eventLoop: loop,
+                    eventLoop: group.next(),
+                    thread: thread,
                     logger: logger
                 )
                 return store

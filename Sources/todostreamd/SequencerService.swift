@@ -1,20 +1,20 @@
 import EventStream
-import NIOCore
 import ServiceLifecycle
 import TodoApp
+import TodoStore
 
 /// Runs the sequencer for as long as the daemon serves. First in the service group, so it is
 /// told to stop last: once the relay has drained, it runs what is still queued and returns.
 ///
-/// The sequencer runs on one event loop (`SequencerHost`), the same loop the SQLite store
-/// runs on and its database calls complete on: a batch then hops between threads only to
-/// the database's thread pool and back.
+/// The sequencer runs on a thread of its own (`StoreThread`), the one the SQLite store runs
+/// and commits on: a batch is run, committed and handed to the event loops without crossing
+/// a thread in between.
 struct SequencerService: Service {
     let sequencer: Sequencer<Event>
-    let loop: any EventLoop
+    let thread: StoreThread
 
     func run() async throws {
-        let host = SequencerHost(loop: loop)
+        let host = SequencerHost(thread: thread)
         let sequencer = self.sequencer
         await withGracefulShutdownHandler {
             await host.run(sequencer)
@@ -24,14 +24,14 @@ struct SequencerService: Service {
     }
 }
 
-/// An actor whose executor is an event loop: what it awaits (`nonisolated(nonsending)`)
-/// stays on that loop's thread.
+/// An actor whose executor is the sequencer's thread: what it awaits
+/// (`nonisolated(nonsending)`) stays on that thread.
 actor SequencerHost {
-    private let loop: any EventLoop
+    private let thread: StoreThread
 
-    init(loop: any EventLoop) { self.loop = loop }
+    init(thread: StoreThread) { self.thread = thread }
 
-    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
 
     func run(_ sequencer: Sequencer<Event>) async {
         await sequencer.run()

@@ -1,0 +1,233 @@
+import Foundation
+import TodoApp
+import VaporCSQLite
+
+/// The SQLite store's writing connection, called synchronously on the store's thread
+/// (`StoreThread`): a batch's commit is one transaction of statements prepared once, when the
+/// connection opens, so no SQL is parsed per commit and no thread is woken for it.
+///
+/// It uses the SQLite that sqlite-nio bundles (its C module), since sqlite-nio's own API runs
+/// every call on a thread pool and prepares a statement per call.
+final class SQLiteWriter: @unchecked Sendable {
+    // Invariant: every method runs on the store's thread, one at a time (the store actor's
+    // executor, or `StoreThread.perform` before the store exists); `handle` and the statements
+    // are never touched elsewhere.
+    private var handle: OpaquePointer?
+    private var statements: Statements?
+
+    private struct Statements {
+        let begin: OpaquePointer
+        let commit: OpaquePointer
+        let rollback: OpaquePointer
+        let saveTodo: OpaquePointer
+        let appendEntry: OpaquePointer
+        let moveHead: OpaquePointer
+        let pruneBefore: OpaquePointer
+        let pruneOlder: OpaquePointer
+
+        var all: [OpaquePointer] {
+            [begin, commit, rollback, saveTodo, appendEntry, moveHead, pruneBefore, pruneOlder]
+        }
+    }
+
+    /// A failed SQLite call: its result code and SQLite's message.
+    struct Failure: Error, CustomStringConvertible {
+        let code: Int32
+        let message: String
+        var description: String { "SQLite error \(code): \(message)" }
+    }
+
+    /// SQLite copies text and blobs bound with this destructor before the call returns.
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    private init(handle: OpaquePointer) {
+        self.handle = handle
+    }
+
+    /// Opens the database at `path` (which migrations have prepared) for writing. The writer
+    /// never checkpoints (`wal_autocheckpoint=0`): `SQLiteBackend` does, on a connection of
+    /// its own.
+    static func open(path: String, synchronousFull: Bool) throws -> SQLiteWriter {
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        let opened = sqlite_nio_sqlite3_open_v2(path, &handle, flags, nil)
+        guard opened == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "cannot open"
+            if let handle { sqlite_nio_sqlite3_close_v2(handle) }
+            throw Failure(code: opened, message: message)
+        }
+        let writer = SQLiteWriter(handle: handle)
+        do {
+            // A lock held by another connection (a reader's snapshot never blocks a WAL writer;
+            // this is for anything else) fails the commit after this long, not never.
+            sqlite_nio_sqlite3_busy_timeout(handle, 5_000)
+            try writer.execute("PRAGMA journal_mode=WAL")
+            try writer.execute("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
+            try writer.execute("PRAGMA wal_autocheckpoint=0")
+            // The whole working set stays in the writer's cache; pages are read through a map,
+            // not a read(2) each.
+            try writer.execute("PRAGMA cache_size=-65536")
+            try writer.execute("PRAGMA mmap_size=268435456")
+            // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
+            try writer.execute("PRAGMA journal_size_limit=67108864")
+            writer.statements = Statements(
+                begin: try writer.prepare("BEGIN IMMEDIATE"),
+                commit: try writer.prepare("COMMIT"),
+                rollback: try writer.prepare("ROLLBACK"),
+                saveTodo: try writer.prepare(
+                    """
+                    INSERT INTO todos (id, seq_no, created_at, title, subtitle, priority, completed_at, deleted, version)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                    ON CONFLICT(id) DO UPDATE SET created_at = excluded.created_at, title = excluded.title,
+                      subtitle = excluded.subtitle, priority = excluded.priority, completed_at = excluded.completed_at,
+                      deleted = excluded.deleted, version = excluded.version
+                    """
+                ),
+                appendEntry: try writer.prepare(
+                    "INSERT INTO journal (seq, type, payload, recorded_at, mid) VALUES (?1, ?2, ?3, ?4, ?5)"
+                ),
+                moveHead: try writer.prepare("UPDATE meta SET value = CAST(?1 AS TEXT) WHERE key = 'head'"),
+                pruneBefore: try writer.prepare("DELETE FROM journal WHERE seq < ?1"),
+                pruneOlder: try writer.prepare("DELETE FROM journal WHERE recorded_at < ?1")
+            )
+        } catch {
+            writer.close()
+            throw error
+        }
+        return writer
+    }
+
+    /// Commits the batch in one transaction: each todo saved, each journal entry appended
+    /// (recorded at `recordedAt`), the head moved to the last entry's seq, and with `prune` the
+    /// journal entries it names dropped. Durable when it returns; on a throw nothing of it is
+    /// stored.
+    func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) throws {
+        guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        guard let last = batch.last else { return }
+        try run(statements.begin)
+        do {
+            for record in batch {
+                let todo = record.todo
+                let save = statements.saveTodo
+                try bind(save, 1, todo.id.lowercased)
+                try bind(save, 2, record.rowID)
+                try bind(save, 3, todo.createdAt.millisecondsSince1970)
+                try bind(save, 4, todo.title)
+                try bind(save, 5, todo.subtitle)
+                try bind(save, 6, todo.priority.rawValue)
+                try bind(save, 7, todo.completedAt?.millisecondsSince1970)
+                try bind(save, 8, todo.deleted ? 1 : 0)
+                try bind(save, 9, Int64(todo.version))
+                try run(save)
+                let entry = record.entry
+                let append = statements.appendEntry
+                try bind(append, 1, Int64(entry.seq))
+                try bind(append, 2, entry.type)
+                try bind(append, 3, bytes: entry.payload)
+                try bind(append, 4, recordedAt)
+                try bind(append, 5, entry.mid)
+                try run(append)
+            }
+            try bind(statements.moveHead, 1, Int64(last.entry.seq))
+            try run(statements.moveHead)
+            if let prune {
+                // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
+                try bind(statements.pruneBefore, 1, Int64(prune.keepFrom))
+                try run(statements.pruneBefore)
+                if let cutoff = prune.cutoff {
+                    try bind(statements.pruneOlder, 1, cutoff)
+                    try run(statements.pruneOlder)
+                }
+            }
+            try run(statements.commit)
+        } catch {
+            // A failed COMMIT may have rolled back already (then SQLite is in autocommit).
+            if let handle, sqlite_nio_sqlite3_get_autocommit(handle) == 0 {
+                _ = try? run(statements.rollback)
+            }
+            throw error
+        }
+    }
+
+    /// Finalises the statements and closes the connection; later commits throw.
+    func close() {
+        for statement in statements?.all ?? [] { sqlite_nio_sqlite3_finalize(statement) }
+        statements = nil
+        if let handle { sqlite_nio_sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    deinit {
+        close()
+    }
+
+    // MARK: Statements
+
+    private func execute(_ sql: String) throws {
+        guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        let result = sqlite_nio_sqlite3_exec(handle, sql, nil, nil, nil)
+        guard result == SQLITE_OK else { throw failure(result) }
+    }
+
+    private func prepare(_ sql: String) throws -> OpaquePointer {
+        var statement: OpaquePointer?
+        let result = sqlite_nio_sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard result == SQLITE_OK, let statement else { throw failure(result) }
+        return statement
+    }
+
+    /// Steps a statement that returns no rows to its end, then resets it and its bindings.
+    private func run(_ statement: OpaquePointer) throws {
+        let result = sqlite_nio_sqlite3_step(statement)
+        sqlite_nio_sqlite3_reset(statement)
+        sqlite_nio_sqlite3_clear_bindings(statement)
+        guard result == SQLITE_DONE else { throw failure(result) }
+    }
+
+    private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: Int64) throws {
+        try check(sqlite_nio_sqlite3_bind_int64(statement, index, value))
+    }
+
+    private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: Int64?) throws {
+        guard let value else { return try check(sqlite_nio_sqlite3_bind_null(statement, index)) }
+        try bind(statement, index, value)
+    }
+
+    private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: String?) throws {
+        guard var value else { return try check(sqlite_nio_sqlite3_bind_null(statement, index)) }
+        // Bound with its length, so text holding U+0000 is stored whole.
+        let result = value.withUTF8 { utf8 -> Int32 in
+            // An empty buffer may have no address, and SQLite stores NULL for a null pointer.
+            guard let base = utf8.baseAddress, !utf8.isEmpty else {
+                return sqlite_nio_sqlite3_bind_text(statement, index, "", 0, Self.transient)
+            }
+            return base.withMemoryRebound(to: CChar.self, capacity: utf8.count) { text in
+                sqlite_nio_sqlite3_bind_text64(
+                    statement,
+                    index,
+                    text,
+                    UInt64(utf8.count),
+                    Self.transient,
+                    UInt8(SQLITE_UTF8)
+                )
+            }
+        }
+        try check(result)
+    }
+
+    private func bind(_ statement: OpaquePointer, _ index: Int32, bytes: [UInt8]) throws {
+        let result = bytes.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return sqlite_nio_sqlite3_bind_zeroblob(statement, index, 0) }
+            return sqlite_nio_sqlite3_bind_blob64(statement, index, base, UInt64(raw.count), Self.transient)
+        }
+        try check(result)
+    }
+
+    private func check(_ result: Int32) throws {
+        guard result == SQLITE_OK else { throw failure(result) }
+    }
+
+    private func failure(_ code: Int32) -> Failure {
+        Failure(code: code, message: handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "closed")
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+
+/// A thread of its own that runs Swift jobs one at a time, in the order they arrive: the serial
+/// executor of the sequencer and of the SQLite store.
+///
+/// Code isolated to it may block: the SQLite store commits synchronously here, and while a
+/// commit waits for the disk the next batch's requests queue up for it. No event loop runs here,
+/// so no connection waits for a commit.
+///
+/// The thread ends once the executor is gone: an actor keeps its executor alive, and a job
+/// queued here belongs to such an actor, so nothing can be queued after that.
+public final class StoreThread: SerialExecutor, @unchecked Sendable {
+    // Invariant: the only state is `inbox`, which synchronises itself.
+    private let inbox: Inbox
+
+    /// Starts the thread, named `name` (as `top` and `perf` show it; at most 15 bytes).
+    public init(name: String = "store") {
+        inbox = Inbox()
+        let inbox = self.inbox
+        let executor = UnownedSerialExecutor(ordinary: self)
+        let thread = Thread {
+            // Foundation gives the kernel the name only when the thread names itself.
+            Thread.current.name = name
+            inbox.run(on: executor)
+        }
+        thread.start()
+    }
+
+    deinit {
+        inbox.close()
+    }
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        inbox.append(.job(UnownedJob(job)))
+    }
+
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    public func checkIsolated() {
+        precondition(inbox.isCurrent, "not on the store's thread")
+    }
+
+    /// Whether the caller runs on this thread.
+    public var isCurrent: Bool { inbox.isCurrent }
+
+    /// Runs `body` on the thread, after what is queued before it, and returns its result.
+    /// For work that is not isolated to an actor on this thread (opening the database).
+    public func perform<Value: Sendable>(
+        _ body: @escaping @Sendable () throws -> Value
+    ) async throws -> Value {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+            inbox.append(.work({ continuation.resume(with: Result { try body() }) }))
+        }
+    }
+}
+
+extension StoreThread {
+    fileprivate enum Item {
+        case job(UnownedJob)
+        case work(@Sendable () -> Void)
+    }
+
+    /// The thread's queue: appended to from any thread, drained by the thread alone.
+    fileprivate final class Inbox: @unchecked Sendable {
+        // Invariant: `items`, `state` and `thread` are read and written only with `condition`
+        // locked.
+        private let condition = NSCondition()
+        private var items: [Item] = []
+        private var state = State.running(idle: false)
+        private var thread: pthread_t?
+
+        private enum State {
+            /// The thread runs; `idle` while it waits for items (then an append signals it).
+            case running(idle: Bool)
+            /// No executor is left: the thread drains what is queued and ends.
+            case closed
+        }
+
+        var isCurrent: Bool {
+            condition.lock()
+            defer { condition.unlock() }
+            guard let thread else { return false }
+            return pthread_equal(thread, pthread_self()) != 0
+        }
+
+        func append(_ item: Item) {
+            condition.lock()
+            items.append(item)
+            let wake: Bool
+            if case .running(idle: true) = state {
+                state = .running(idle: false)
+                wake = true
+            } else {
+                wake = false
+            }
+            condition.unlock()
+            if wake { condition.signal() }
+        }
+
+        func close() {
+            condition.lock()
+            state = .closed
+            condition.unlock()
+            condition.signal()
+        }
+
+        func run(on executor: UnownedSerialExecutor) {
+            condition.lock()
+            thread = pthread_self()
+            condition.unlock()
+            var batch: [Item] = []
+            while true {
+                condition.lock()
+                while items.isEmpty {
+                    if case .closed = state {
+                        condition.unlock()
+                        return
+                    }
+                    state = .running(idle: true)
+                    condition.wait()
+                }
+                swap(&batch, &items)
+                condition.unlock()
+                for item in batch {
+                    switch item {
+                    case .job(let job): job.runSynchronously(on: executor)
+                    case .work(let work): work()
+                    }
+                }
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import EventStream
+import Foundation
+import SQLiteNIO
+import Testing
+
+@testable import TodoApp
+@testable import TodoStore
+
+/// The synchronous writer on its own thread: what a commit stores, what a failed one leaves.
+@Suite struct SQLiteWriterTests {
+    /// A migrated, empty database and a writer on `thread`.
+    private func open(_ thread: StoreThread) async throws -> (SQLiteWriter, SQLiteConnection, String) {
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        await store.close()
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let writer = try await thread.perform { try SQLiteWriter.open(path: path, synchronousFull: true) }
+        let reader = try await SQLiteConnection.open(storage: .file(path: path))
+        return (writer, reader, directory)
+    }
+
+    private func record(seq: UInt64, rowID: Int64, todo: Todo, mid: String? = nil) -> CommitRecord {
+        let broadcast = TodoWireCodec.broadcastRecord(for: todo)
+        return CommitRecord(
+            rowID: rowID,
+            todo: todo,
+            entry: JournalEntry(seq: seq, type: broadcast.type, payload: broadcast.payload, mid: mid)
+        )
+    }
+
+    @Test func aCommitStoresTodosJournalAndHeadWithTextKeptWhole() async throws {
+        let thread = StoreThread()
+        let (writer, reader, directory) = try await open(thread)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_123)
+        let first = Todo(createdAt: created, title: "a\u{0}b", subtitle: "", version: 1)
+        let second = Todo(createdAt: created, title: "ünïcode", subtitle: "s", completedAt: created, version: 1)
+        let batch = [record(seq: 1, rowID: 1, todo: first, mid: "m-1"), record(seq: 2, rowID: 2, todo: second)]
+        try await thread.perform { try writer.commit(batch, recordedAt: 42, prune: nil) }
+
+        let todos = try await reader.rows(
+            """
+            SELECT id, title, hex(title) AS bytes, completed_at, version, typeof(subtitle) AS kind
+            FROM todos ORDER BY seq_no
+            """,
+            []
+        )
+        #expect(todos.map { $0.column("id")?.string } == [first.id.lowercased, second.id.lowercased])
+        // Bound with its length: text holding U+0000 is stored whole (sqlite-nio reads text up to it).
+        #expect(todos.map { $0.column("bytes")?.string } == ["610062", "C3BC6EC3AF636F6465"])
+        #expect(todos.map { $0.column("title")?.string } == ["a", "ünïcode"])
+        // An empty subtitle is stored as empty text, not NULL.
+        #expect(todos.map { $0.column("kind")?.string } == ["text", "text"])
+        #expect(todos.map { $0.column("completed_at")?.integer } == [nil, 1_700_000_000_123])
+        let journal = try await reader.rows("SELECT seq, payload, recorded_at, mid FROM journal ORDER BY seq", [])
+        #expect(journal.map { $0.column("seq")?.integer } == [1, 2])
+        #expect(journal.map { $0.column("mid")?.string } == ["m-1", nil])
+        #expect(journal.map { $0.column("recorded_at")?.integer } == [42, 42])
+        var payload = try #require(journal.first?.column("payload")?.blob)
+        #expect(payload.readBytes(length: payload.readableBytes) == batch[0].entry.payload)
+        let head = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
+        #expect(head.first?.column("value")?.string == "2")
+
+        try await reader.close()
+        try await thread.perform { writer.close() }
+        // The store reopens what the writer committed.
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await store.readTodos(id: nil).count == 2)
+        #expect(try await store.position().head == 2)
+        await store.close()
+    }
+
+    @Test func aFailedCommitStoresNothingAndTheWriterGoesOn() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await open(thread)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        let kept = Todo(createdAt: created, title: "kept", version: 1)
+        try await thread.perform {
+            try writer.commit([self.record(seq: 1, rowID: 1, todo: kept)], recordedAt: 1, prune: nil)
+        }
+
+        // The second record reuses seq 1: the journal's key refuses it, after the first record
+        // of the batch was already written inside the transaction.
+        let lost = Todo(createdAt: created, title: "lost", version: 1)
+        var edited = kept
+        edited.title = "edited"
+        edited.version = 2
+        let failing = [record(seq: 2, rowID: 2, todo: lost), record(seq: 1, rowID: 1, todo: edited)]
+        await #expect(throws: SQLiteWriter.Failure.self) {
+            try await thread.perform { try writer.commit(failing, recordedAt: 2, prune: nil) }
+        }
+        let titles = try await reader.rows("SELECT title FROM todos ORDER BY seq_no", [])
+        #expect(titles.map { $0.column("title")?.string } == ["kept"])
+        let seqs = try await reader.rows("SELECT seq FROM journal ORDER BY seq", [])
+        #expect(seqs.map { $0.column("seq")?.integer } == [1])
+        let head = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
+        #expect(head.first?.column("value")?.string == "1")
+
+        // No transaction is left open: the next commit goes through.
+        try await thread.perform {
+            try writer.commit([self.record(seq: 2, rowID: 2, todo: lost)], recordedAt: 3, prune: nil)
+        }
+        let after = try await reader.rows("SELECT count(*) AS n FROM journal", [])
+        #expect(after.first?.column("n")?.integer == 2)
+
+        try await thread.perform { writer.close() }
+        await #expect(throws: SQLiteWriter.Failure.self) {
+            try await thread.perform {
+                try writer.commit([self.record(seq: 3, rowID: 3, todo: kept)], recordedAt: 4, prune: nil)
+            }
+        }
+        try await reader.close()
+    }
+
+    @Test func aPruneDropsTheJournalEntriesItNamesInTheSameTransaction() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await open(thread)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        for seq in UInt64(1)...5 {
+            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
+            try await thread.perform {
+                try writer.commit(
+                    [self.record(seq: seq, rowID: Int64(seq), todo: todo)],
+                    recordedAt: Int64(seq),
+                    prune: nil
+                )
+            }
+        }
+        let todo = Todo(createdAt: created, title: "t6", version: 1)
+        let prune = JournalPrune(head: 6, retention: JournalRetention(maxEntries: 3, maxAgeSeconds: 0), now: 6)
+        try await thread.perform {
+            try writer.commit([self.record(seq: 6, rowID: 6, todo: todo)], recordedAt: 6, prune: prune)
+        }
+        let seqs = try await reader.rows("SELECT seq FROM journal ORDER BY seq", [])
+        #expect(seqs.map { $0.column("seq")?.integer } == [4, 5, 6])
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
+}
+
+@Suite struct StoreThreadTests {
+    /// An actor run by the thread, recording where and in which order its calls ran.
+    actor Recorder {
+        let thread: StoreThread
+        var calls: [Int] = []
+        var offThread = 0
+
+        init(thread: StoreThread) { self.thread = thread }
+        nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+
+        func record(_ value: Int) {
+            if !thread.isCurrent { offThread += 1 }
+            calls.append(value)
+        }
+    }
+
+    @Test func anActorOnTheThreadRunsThereAndSeesItsCallsInOrder() async throws {
+        let thread = StoreThread()
+        let recorder = Recorder(thread: thread)
+        for value in 0..<1_000 { await recorder.record(value) }
+        await withTaskGroup(of: Void.self) { group in
+            for value in 1_000..<1_200 { group.addTask { await recorder.record(value) } }
+        }
+        let calls = await recorder.calls
+        #expect(Array(calls.prefix(1_000)) == Array(0..<1_000))
+        #expect(calls.sorted() == Array(0..<1_200))
+        #expect(await recorder.offThread == 0)
+        #expect(!thread.isCurrent)
+    }
+
+    struct Planted: Error {}
+
+    @Test func performRunsOnTheThreadAndHandsBackResultsAndErrors() async throws {
+        let thread = StoreThread()
+        #expect(try await thread.perform { thread.isCurrent })
+        #expect(try await thread.perform { 41 + 1 } == 42)
+        await #expect(throws: Planted.self) { try await thread.perform { throw Planted() } }
+        // Work queued after a failure still runs.
+        #expect(try await thread.perform { "after" } == "after")
+    }
+
+    @Test func theThreadIsReleasedWithItsLastUser() async throws {
+        weak var released: StoreThread?
+        do {
+            let thread = StoreThread()
+            released = thread
+            let recorder = Recorder(thread: thread)
+            await recorder.record(1)
+        }
+        #expect(released == nil)
+    }
+}
