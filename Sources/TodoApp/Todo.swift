@@ -65,7 +65,19 @@ extension Todo {
                 )
             )
         }
+        if let error = nulError(in: title, field: "title") { return .failure(error) }
         return .success(title)
+    }
+
+    /// U+0000 is refused in text: PostgreSQL cannot store it in text at all, and both engines
+    /// keep the same rules.
+    private static func nulError(in text: String, field: String) -> AppError? {
+        guard text.utf8.contains(0) else { return nil }
+        return AppError(
+            code: .validationFailed,
+            message: "The \(field) cannot contain the character U+0000.",
+            field: field
+        )
     }
 
     /// `raw` without leading and trailing white space and newlines. Text that starts and ends
@@ -93,6 +105,7 @@ extension Todo {
                 )
             )
         }
+        if let error = nulError(in: raw, field: "subtitle") { return .failure(error) }
         return .success(raw)
     }
 }

@@ -111,6 +111,22 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
         #expect((try? Todo.validatedSubtitle(String(repeating: "a", count: 10_001)).get()) == nil)
     }
 
+    @Test func textHoldingUPlus0000IsRefusedWithTheFieldNamed() {
+        for (result, field) in [
+            (Todo.validatedTitle("a\u{0}b"), "title"), (Todo.validatedTitle("\u{0}"), "title"),
+            (Todo.validatedSubtitle("x\u{0}"), "subtitle"),
+        ] {
+            guard case .failure(let error) = result else {
+                Issue.record("expected validation_failed for the \(field)")
+                continue
+            }
+            #expect(error.code == .validationFailed)
+            #expect(error.field == field)
+            #expect(error.message == "The \(field) cannot contain the character U+0000.")
+        }
+        #expect((try? Todo.validatedTitle("a\u{1}b").get()) == "a\u{1}b")
+    }
+
     @Test func equalityComparesDeleted() {
         #expect(stored(deleted: true) != stored(deleted: false))
     }

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _die_with_parent, daemon_binary
-from helpers import LineClient, WSClient, create_todo, list_todos, make_ca, make_server_cert, next_id
+from helpers import LineClient, WSClient, create_todo, list_todos, make_ca, make_server_cert, new_detail, next_id
 
 # --------------------------------------------------------------------------------------------
 # a PostgreSQL server of the test's own
@@ -879,3 +879,27 @@ def test_reads_pipelined_between_writes_see_exactly_the_writes_before_them(daemo
                 else:
                     assert (reply["payload"]["todo"]["completedAt"] is not None) == completed, (round_, reply)
             todo = dict(todo, completedAt="x" if completed else None)
+
+
+@pytest.mark.parametrize("engine", ["postgres", "sqlite"])
+def test_text_holding_u0000_is_refused_and_the_writes_batched_with_it_are_saved(daemon_factory, database, engine):
+    """PostgreSQL cannot store U+0000 in text: a title or subtitle holding it gets
+    validation_failed on both engines, and the writes pipelined around it (the same batch)
+    are saved, where before the whole batch answered unavailable on PostgreSQL."""
+    d = daemon_factory(*database[1]) if engine == "postgres" else daemon_factory()
+    with LineClient(d.tcp_port, name=f"nul@{engine}") as c:
+        details = [new_detail(c) for _ in range(4)]
+        fields = [{"title": "before"}, {"title": "a\u0000b"}, {"title": "ok", "subtitle": "x\u0000y"},
+                  {"title": "after"}]
+        ids = []
+        for detail, extra in zip(details, fields):
+            rid = next_id("nul")
+            c.send({"type": "RequestUpdateDetailViewModel", "id": rid, "payload": {**detail, **extra}})
+            ids.append(rid)
+        replies = [c.expect(lambda f, rid=rid: f.get("re") == rid and f.get("type") == "ResponseUpdateDetailViewModel",
+                            timeout=30) for rid in ids]
+        assert "error" not in replies[0] and "error" not in replies[3], replies
+        for reply, field in ((replies[1], "title"), (replies[2], "subtitle")):
+            assert reply["error"] == {"code": "validation_failed", "field": field,
+                                      "message": f"The {field} cannot contain the character U+0000."}, reply
+        assert sorted(t["todo"]["title"] for t in list_todos(c)) == ["after", "before"]
