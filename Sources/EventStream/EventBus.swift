@@ -9,10 +9,13 @@
 /// as it can; the model layer then answers all of them in one call (one commit), and each
 /// answer continues depth first inside its own request. Deliveries come out request by
 /// request, in arrival order.
+///
+/// `run` is inlinable so that it is specialised for the app's event type where the daemon
+/// uses it: unspecialised, every generic type it touches was looked up at run time.
 public struct EventBus<Event: StreamEvent>: Sendable {
-    private let serversByType: [String: [any EventServer<Event>]]
-    private let model: (any BatchServer<Event>)?
-    private let modelTypes: Set<String>
+    @usableFromInline let serversByType: [String: [any EventServer<Event>]]
+    @usableFromInline let model: (any BatchServer<Event>)?
+    @usableFromInline let modelTypes: Set<String>
 
     public init(servers: [any EventServer<Event>], model: (any BatchServer<Event>)? = nil) {
         var index: [String: [any EventServer<Event>]] = [:]
@@ -26,6 +29,7 @@ public struct EventBus<Event: StreamEvent>: Sendable {
 
     /// Runs a batch of published events (each `.internal`, from its origin) and returns what
     /// they caused, request by request.
+    @inlinable
     public nonisolated(nonsending) func run(_ batch: [(event: Event, origin: Origin)]) async -> [Delivery<Event>] {
         var run = BatchRun<Event>(count: batch.count)
         for (index, item) in batch.enumerated() {
@@ -44,7 +48,8 @@ public struct EventBus<Event: StreamEvent>: Sendable {
         return run.deliveries
     }
 
-    private func publish(
+    @inlinable
+    func publish(
         _ emission: Emission<Event>,
         origin: Origin,
         request: Int,
@@ -68,15 +73,18 @@ public struct EventBus<Event: StreamEvent>: Sendable {
 }
 
 /// One batch on its way through the bus.
-private struct BatchRun<Event: StreamEvent> {
-    var perRequest: [[Delivery<Event>]]
+@usableFromInline
+struct BatchRun<Event: StreamEvent> {
+    @usableFromInline var perRequest: [[Delivery<Event>]]
     /// Events waiting for the model layer, with the request they belong to.
-    var parked: [(event: Event, origin: Origin, request: Int)] = []
+    @usableFromInline var parked: [(event: Event, origin: Origin, request: Int)] = []
 
+    @inlinable
     init(count: Int) {
         perRequest = Array(repeating: [], count: count)
     }
 
+    @inlinable
     var deliveries: [Delivery<Event>] {
         if perRequest.count == 1 { return perRequest[0] }
         var all: [Delivery<Event>] = []

@@ -1,9 +1,11 @@
 /// The sequencer's inbox as a state machine: requests from every connection in arrival order,
 /// bounded, taken off in batches by the one consumer. It returns actions; `Sequencer` runs
-/// them (resuming the consumer outside the lock).
+/// them (resuming the consumer outside the lock). Inlinable with `Sequencer`.
+@usableFromInline
 struct RequestQueue<Item> {
-    typealias Waiter = CheckedContinuation<[Item]?, Never>
+    @usableFromInline typealias Waiter = CheckedContinuation<[Item]?, Never>
 
+    @usableFromInline
     enum State {
         /// Accepting requests; the consumer waits for some when `waiter` is set.
         case running(waiter: Waiter?)
@@ -13,6 +15,7 @@ struct RequestQueue<Item> {
         case stopped
     }
 
+    @usableFromInline
     enum SubmitAction {
         case queued
         /// Hand `batch` to the waiting consumer.
@@ -21,6 +24,7 @@ struct RequestQueue<Item> {
         case refused
     }
 
+    @usableFromInline
     enum TakeAction {
         case batch([Item])
         /// Nothing queued: the consumer must wait.
@@ -28,25 +32,29 @@ struct RequestQueue<Item> {
         case finished
     }
 
+    @usableFromInline
     enum StopAction {
         case none
         case resume(Waiter)
     }
 
-    private(set) var state: State = .running(waiter: nil)
-    private var items: [Item] = []
-    private var head = 0
-    let capacity: Int
-    let maxBatch: Int
+    @usableFromInline var state: State = .running(waiter: nil)
+    @usableFromInline var items: [Item] = []
+    @usableFromInline var head = 0
+    @usableFromInline let capacity: Int
+    @usableFromInline let maxBatch: Int
 
+    @inlinable
     init(capacity: Int, maxBatch: Int) {
         self.capacity = max(1, capacity)
         self.maxBatch = max(1, maxBatch)
     }
 
     /// Requests queued and not yet taken.
+    @inlinable
     var count: Int { items.count - head }
 
+    @inlinable
     mutating func submit(_ item: Item) -> SubmitAction {
         guard case .running(let waiter) = state, count < capacity else { return .refused }
         if let waiter {
@@ -57,6 +65,7 @@ struct RequestQueue<Item> {
         return .queued
     }
 
+    @inlinable
     mutating func take() -> TakeAction {
         if count > 0 { return .batch(takeBatch()) }
         switch state {
@@ -69,6 +78,7 @@ struct RequestQueue<Item> {
 
     /// The consumer found nothing and parks; returns what it should do instead when something
     /// arrived (or a stop came) in between.
+    @inlinable
     mutating func park(_ waiter: Waiter) -> TakeAction {
         switch take() {
         case .wait:
@@ -79,6 +89,7 @@ struct RequestQueue<Item> {
         }
     }
 
+    @inlinable
     mutating func stop() -> StopAction {
         switch state {
         case .running(let waiter):
@@ -94,7 +105,8 @@ struct RequestQueue<Item> {
         }
     }
 
-    private mutating func takeBatch() -> [Item] {
+    @inlinable
+    mutating func takeBatch() -> [Item] {
         let available = count
         if head == 0, available <= maxBatch {
             defer { items = [] }
