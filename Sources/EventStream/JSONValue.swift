@@ -54,6 +54,7 @@ public enum JSONValue: Sendable, Hashable {
 extension Optional where Wrapped == JSONValue {
     /// An optional field as `decodeIfPresent` reads it: `.some(nil)` when the field is absent
     /// or null, `.some(value)` when `read` takes it, nil (not of that type) otherwise.
+    @inlinable
     public func optionalField<T>(_ read: (JSONValue) -> T?) -> T?? {
         switch self {
         case nil, .null?: return .some(nil)
