@@ -2,13 +2,15 @@ import Foundation
 import TodoApp
 
 /// Every todo in a PostgreSQL database as of one head, kept by a daemon so that a list or
-/// detail read whose head has not moved is answered without reading every row again.
+/// detail read is answered without reading every row again: only the journal's entries after
+/// that head.
 ///
 /// A full list read sets it; this daemon's own commits move it on when they follow it directly
-/// (nothing else committed in between); anything else (another daemon's commit, a commit in
-/// doubt, the pool moved to another server) leaves it behind, and the next full read replaces
-/// it. A read trusts it only when the head it finds in the database is this one and durable
-/// (PostgresStore+Durability), on the same server (`generation`, the pool's client).
+/// (nothing else committed in between); the journal's entries after its head move it on
+/// otherwise (another daemon's commits: each entry's payload holds its todo as saved). When
+/// that cannot be (the journal no longer holds them, the pool moved to another server), the
+/// next full read replaces it. A read trusts it only at the durable head it finds in the
+/// database (PostgresStore+Durability), on the same server (`generation`, the pool's client).
 struct KnownTodos {
     /// The head these todos are the state at.
     private(set) var head: Int64
@@ -24,12 +26,6 @@ struct KnownTodos {
         todos.reserveCapacity(rows.count)
         for row in rows { todos[row.todo.id] = row }
         self.todos = todos
-    }
-
-    /// True when a read that found `head` (durable) on the client of `generation` may be
-    /// answered from here.
-    func answers(head: Int64, generation: Int) -> Bool {
-        head == self.head && generation == self.generation
     }
 
     /// Every todo in list order (newest first, as the database's list query orders them).
@@ -58,6 +54,30 @@ struct KnownTodos {
             let rowID = todos[row.todo.id]?.rowID ?? (first - 1 + row.offset)
             todos[row.todo.id] = (rowID, row.todo)
         }
+        head = newHead
+        sorted = nil
+        return true
+    }
+
+    /// The journal's entries after this head, in seq order through `newHead` (each one's payload
+    /// a broadcast holding its todo as saved), move these todos on. Entries at or before this
+    /// head are already applied and skipped. False, with nothing changed, when they do not reach
+    /// from here to `newHead` without a gap or one cannot be read.
+    mutating func learned(_ entries: [(seq: Int64, payload: [UInt8])], through newHead: Int64) -> Bool {
+        guard newHead > head else { return true }
+        var expected = head + 1
+        var changes: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        for entry in entries where entry.seq > head {
+            guard entry.seq == expected, let todo = TodoWireCodec.todo(inBroadcastPayload: entry.payload) else {
+                return false
+            }
+            // A todo's creation order is the seq of its first save.
+            let rowID = changes[todo.id]?.rowID ?? todos[todo.id]?.rowID ?? entry.seq
+            changes[todo.id] = (rowID, todo)
+            expected += 1
+        }
+        guard expected - 1 == newHead else { return false }
+        for (id, change) in changes { todos[id] = change }
         head = newHead
         sorted = nil
         return true

@@ -201,46 +201,63 @@ public actor PostgresStore: ServedStore {
         let logger = self.logger
         let timeout = connector.settings.acquireTimeout
         do {
-            var useKnown = true
-            while true {
-                let generation = pool.clientGeneration
-                // -1: no head matches, every row is sent.
-                let asked = useKnown ? (known.flatMap { $0.generation == generation ? $0.head : nil } ?? -1) : -1
-                let read = try await pool.withLease(timeout: timeout) { connection in
-                    try await Self.readTodos(id: id, unlessAt: asked, on: connection, logger: logger)
+            if try await catchUpKnown(), let known {
+                guard let id else {
+                    var known = known
+                    let list = known.list()
+                    self.known = known
+                    return list
                 }
-                recordHealth(up: true)
-                guard read.withheld else {
-                    if id == nil { known = KnownTodos(head: read.head, generation: generation, rows: read.rows) }
-                    return read.rows.map(\.todo)
-                }
-                // Nothing committed since the todos this daemon knows: answer from them, unless
-                // they moved while the query ran (then read them all).
-                if var known, known.answers(head: read.head, generation: generation) {
-                    guard let id else {
-                        let list = known.list()
-                        self.known = known
-                        return list
-                    }
-                    return known.todo(id: id).map { [$0] } ?? []
-                }
-                useKnown = false
+                return known.todo(id: id).map { [$0] } ?? []
             }
+            let generation = pool.clientGeneration
+            let read = try await pool.withLease(timeout: timeout) { connection in
+                try await Self.readTodos(id: id, on: connection, logger: logger)
+            }
+            recordHealth(up: true)
+            if id == nil { known = KnownTodos(head: read.head, generation: generation, rows: read.rows) }
+            return read.rows.map(\.todo)
         } catch {
             recordHealth(up: false, error)
             throw .unavailable
         }
     }
 
-    /// Reads the head and the todo with `id` (every todo, when nil) in one statement; when the
-    /// head is `knownHead` and durable, the todos are withheld (the caller knows them). A head
+    /// Journal entries a read fetches at most to move the known todos on; further behind, it
+    /// reads every todo instead.
+    static let knownCatchUpLimit = 512
+
+    /// Moves the known todos on to the database's durable head with the journal's entries after
+    /// them (one statement). False when there are none on this server, or the journal cannot
+    /// bring them there (too far behind, pruned, a change made by hand): then every todo must be
+    /// read.
+    func catchUpKnown() async throws -> Bool {
+        let generation = pool.clientGeneration
+        guard let asked = known.flatMap({ $0.generation == generation ? $0.head : nil }) else { return false }
+        let logger = self.logger
+        let read = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
+            try await Self.readJournal(after: asked, limit: Self.knownCatchUpLimit, on: connection, logger: logger)
+        }
+        recordHealth(up: true)
+        // The daemon's own commits may have moved them on meanwhile (on this server only).
+        guard var current = known, current.generation == generation, pool.clientGeneration == generation,
+            current.learned(read.entries, through: read.head)
+        else {
+            // Not to be tried again on every read: the next list read reads them all.
+            known = nil
+            return false
+        }
+        known = current
+        return true
+    }
+
+    /// Reads the head and the todo with `id` (every todo, when nil) in one statement. A head
     /// not yet durable is flushed before this returns (PostgresStore+Durability).
     static func readTodos(
         id: UUID?,
-        unlessAt knownHead: Int64,
         on connection: PostgresConnection,
         logger: Logger
-    ) async throws -> (head: Int64, rows: [(rowID: Int64, todo: Todo)], withheld: Bool) {
+    ) async throws -> (head: Int64, rows: [(rowID: Int64, todo: Todo)]) {
         // The first columns say where the head is and whether a commit this snapshot sees may
         // not be durable yet; the todos follow, or one row of NULLs.
         let query: PostgresQuery
@@ -249,14 +266,14 @@ public actor PostgresStore: ServedStore {
                 WITH d AS (\(unescaped: Self.headAndDurable))
                 SELECT d.head, d.head > d.durable, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
                   t.completed_at, t.deleted, t.version
-                FROM d LEFT JOIN todos t ON t.id = \(id.lowercased) AND (d.head <> \(knownHead) OR d.head > d.durable)
+                FROM d LEFT JOIN todos t ON t.id = \(id.lowercased)
                 """
         } else {
             query = """
                 WITH d AS (\(unescaped: Self.headAndDurable))
                 SELECT d.head, d.head > d.durable, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority,
                   t.completed_at, t.deleted, t.version
-                FROM d LEFT JOIN todos t ON d.head <> \(knownHead) OR d.head > d.durable
+                FROM d LEFT JOIN todos t ON true
                 ORDER BY t.created_at DESC, t.seq_no DESC
                 """
         }
@@ -281,7 +298,39 @@ public actor PostgresStore: ServedStore {
         guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
         // Answer nothing a crash of the database could still take back.
         if unflushed { try await flush(on: connection, logger: logger) }
-        return (head, rows, head == knownHead && !unflushed)
+        return (head, rows)
+    }
+
+    /// Reads the head and, in seq order, at most `limit` journal entries after `after` (their
+    /// seqs and payloads) in one statement. A head not yet durable is flushed before this
+    /// returns.
+    static func readJournal(
+        after: Int64,
+        limit: Int,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> (head: Int64, entries: [(seq: Int64, payload: [UInt8])]) {
+        let query: PostgresQuery = """
+            WITH d AS (\(unescaped: Self.headAndDurable))
+            SELECT d.head, d.head > d.durable, j.seq, j.payload
+            FROM d LEFT JOIN LATERAL (
+              SELECT seq, payload FROM journal WHERE seq > \(after) AND seq <= d.head ORDER BY seq LIMIT \(limit)
+            ) j ON true
+            ORDER BY j.seq
+            """
+        var head: Int64 = -1
+        var unflushed = false
+        var entries: [(seq: Int64, payload: [UInt8])] = []
+        for try await (value, flag, seq, payload) in try await connection.query(query, logger: logger).decode(
+            (Int64, Bool, Int64?, ByteBuffer?).self
+        ) {
+            head = value
+            unflushed = unflushed || flag
+            if let seq, let payload { entries.append((seq, Array(payload.readableBytesView))) }
+        }
+        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
+        if unflushed { try await flush(on: connection, logger: logger) }
+        return (head, entries)
     }
 
     func recordHealth(up: Bool, _ error: (any Error)? = nil) {
@@ -355,7 +404,6 @@ public actor PostgresStore: ServedStore {
     /// when that cannot be (no known todos, a batch of one kind only, or the head has moved):
     /// `execute` then runs it a run of writes at a time.
     private func executeAtOnce(_ batch: [ModelRequest]) async -> [ModelAnswer]? {
-        guard let known, known.generation == pool.clientGeneration else { return nil }
         var writes: [TodoWrite] = []
         var reads = 0
         for request in batch {
@@ -365,7 +413,20 @@ public actor PostgresStore: ServedStore {
             }
         }
         guard reads > 0, !writes.isEmpty else { return nil }
-        guard let results = await commit(writes, time: now(), expectHead: known.head) else { return nil }
+        // When another daemon committed since the todos were known, they are moved on from the
+        // journal and the commit tried once more.
+        var attempt: (known: KnownTodos, results: [Result<SavedTodo, AppError>])?
+        for retry in [false, true] {
+            if retry {
+                guard (try? await catchUpKnown()) == true else { return nil }
+            }
+            guard let known, known.generation == pool.clientGeneration else { return nil }
+            if let results = await commit(writes, time: now(), expectHead: known.head) {
+                attempt = (known, results)
+                break
+            }
+        }
+        guard let (known, results) = attempt else { return nil }
         // Every write failed for want of the database: so do the reads.
         let unavailable = results.allSatisfy { if case .failure(.unavailable) = $0 { true } else { false } }
         var view = known.view()

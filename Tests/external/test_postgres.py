@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from conftest import _die_with_parent, daemon_binary
-from helpers import LineClient, WSClient, create_todo, list_todos, make_ca, make_server_cert, new_detail, next_id
+from helpers import (LineClient, WSClient, create_todo, delete, list_todos, make_ca, make_server_cert, new_detail,
+                     next_id, save_detail)
 
 # --------------------------------------------------------------------------------------------
 # a PostgreSQL server of the test's own
@@ -903,3 +904,39 @@ def test_text_holding_u0000_is_refused_and_the_writes_batched_with_it_are_saved(
             assert reply["error"] == {"code": "validation_failed", "field": field,
                                       "message": f"The {field} cannot contain the character U+0000."}, reply
         assert sorted(t["todo"]["title"] for t in list_todos(c)) == ["after", "before"]
+
+
+def test_known_todos_move_on_from_the_other_daemons_journal_entries_in_list_order(daemon_factory, database, postgres):
+    """A daemon that knows every todo moves them on from the journal entries another daemon
+    wrote (new todos, toggles, edits, deletes): its list and detail reads then answer exactly
+    what the other daemon's do, in the same order. A head moved with no journal entry (a
+    change made by hand) is read again in full."""
+    a, b = pg_daemons(daemon_factory, database[1])
+    with LineClient(a.tcp_port, name="reader@A") as ca, LineClient(b.tcp_port, name="writer@B") as cb:
+        _, first = create_todo(ca, "made on A")
+        list_todos(ca)  # A now knows every todo
+        made = [create_todo(cb, f"made on B {i}")[1]["payload"]["todo"] for i in range(3)]
+        toggle(cb, first["payload"]["todo"])
+        detail = cb.request({"type": "RequestTodoDetailViewModel", "payload": {"todo": {"id": made[0]["id"]}}})
+        save_detail(cb, detail["payload"], title="renamed on B")
+        assert "error" not in delete(cb, made[1]), "the delete on B"
+        for _ in range(2):
+            seen_a, seen_b = list_todos(ca), list_todos(cb)
+            assert seen_a == seen_b, (seen_a, seen_b)
+        titles = {t["todo"]["id"]: (t["title"], t["complete"], t["deleted"]) for t in list_todos(ca)}
+        assert titles[first["payload"]["todo"]["id"]] == ("made on A", True, False), titles
+        assert titles[made[0]["id"]][0] == "renamed on B" and made[1]["id"] not in titles, titles
+        one = ca.request({"type": "RequestTodoDetailViewModel", "payload": {"todo": {"id": made[0]["id"]}}})
+        assert one["payload"]["todo"]["title"] == "renamed on B", one
+        # A change made by hand with no journal entry: the entries cannot reach the head, and
+        # both daemons read every todo again.
+        postgres.psql(
+            "BEGIN; UPDATE stream_state SET head = head + 1; "
+            f"UPDATE todos SET title = 'changed by hand', version = version + 1 WHERE id = '{made[2]['id']}'; "
+            "INSERT INTO todostream_durable (backend, head) SELECT pg_backend_pid(), head FROM stream_state "
+            "ON CONFLICT (backend) DO UPDATE SET head = excluded.head; COMMIT;",
+            database[0],
+        )
+        seen_a, seen_b = list_todos(ca), list_todos(cb)
+        assert seen_a == seen_b, (seen_a, seen_b)
+        assert "changed by hand" in [t["title"] for t in seen_a], seen_a
