@@ -105,10 +105,11 @@ public struct TodoWireCodec: EventCodec {
     /// The todo inside a journaled broadcast's payload (a TodoViewModel, as `broadcastRecord`
     /// writes it); nil when the bytes are not one. Used to answer a duplicate write.
     public static func todo(inBroadcastPayload payload: [UInt8]) -> Todo? {
-        guard let viewModel = try? JSONDecoder().decode(StoredViewModel.self, from: Data(payload)) else {
-            return nil
-        }
-        let stored = viewModel.todo
+        // Most payloads have no escapes: the subset parser reads them without Foundation.
+        let parsed = JSONValue.parse(payload)?.object?["todo"]?.object.flatMap(StoredViewModel.StoredTodo.init(parsed:))
+        guard
+            let stored = parsed ?? (try? JSONDecoder().decode(StoredViewModel.self, from: Data(payload)))?.todo
+        else { return nil }
         guard let id = UUID(canonical: stored.id), let createdAt = Timestamp(rfc3339: stored.createdAt),
             let priority = TodoPriority(rawValue: stored.priority)
         else { return nil }
@@ -234,6 +235,28 @@ private struct StoredViewModel: Decodable {
     }
 
     let todo: StoredTodo
+}
+
+extension StoredViewModel.StoredTodo {
+    /// The todo of a parsed payload, when every field has the type `Decodable` would require.
+    init?(parsed todo: JSONObject) {
+        guard let id = todo["id"]?.string, let createdAt = todo["createdAt"]?.string,
+            let title = todo["title"]?.string, let subtitle = todo["subtitle"]?.string,
+            let priority = todo["priority"]?.string, let deleted = todo["deleted"]?.bool,
+            let version = todo["version"]?.integer.flatMap({ Int(exactly: $0) }),
+            let completedAt = todo["completedAt"].optionalField({ $0.string })
+        else { return nil }
+        self.init(
+            id: id,
+            createdAt: createdAt,
+            title: title,
+            subtitle: subtitle,
+            priority: priority,
+            completedAt: completedAt,
+            deleted: deleted,
+            version: version
+        )
+    }
 }
 
 /// A payload that can also be read from a parsed frame, when it has the plain shape of a valid

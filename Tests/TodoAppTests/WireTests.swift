@@ -132,11 +132,28 @@ import Testing
                 deleted: true,
                 version: 1
             ),
+            // No escapes: read by the subset parser, not JSONDecoder.
+            Todo(
+                createdAt: Timestamp(millisecondsSince1970: 1_763_752_748_000),
+                title: "plain ünïcode",
+                subtitle: "",
+                completedAt: Timestamp(millisecondsSince1970: 1_763_752_749_001),
+                version: 12
+            ),
         ] {
             let record = TodoWireCodec.broadcastRecord(for: todo)
             #expect(TodoWireCodec.todo(inBroadcastPayload: record.payload) == todo)
+            // The escape-free payload is the one the subset parser takes.
+            #expect((JSONValue.parse(record.payload) != nil) == (todo.version == 12))
         }
         #expect(TodoWireCodec.todo(inBroadcastPayload: Array("{}".utf8)) == nil)
+        let plain = TodoWireCodec.broadcastRecord(for: Todo(createdAt: Timestamp(millisecondsSince1970: 0), title: "t"))
+        let wrongType = String(decoding: plain.payload, as: UTF8.self).replacingOccurrences(
+            of: "\"version\":0",
+            with: "\"version\":\"0\""
+        )
+        #expect(wrongType.contains("\"version\":\"0\""))
+        #expect(TodoWireCodec.todo(inBroadcastPayload: Array(wrongType.utf8)) == nil)
         #expect(Timestamp(rfc3339: "2026-11-21T19:06:04.123Z")?.rfc3339 == "2026-11-21T19:06:04.123Z")
         #expect(Timestamp(rfc3339: "2026-13-21T19:06:04.123Z") == nil)
         #expect(Timestamp(rfc3339: "2026-11-21T19:06:04Z") == nil)
