@@ -38,6 +38,12 @@ struct KnownTodos {
 
     func todo(id: UUID) -> Todo? { todos[id]?.todo }
 
+    /// The creation order of the todo with `id` when a save at `seq` is its first here: a
+    /// todo's creation order is the seq of its first save, and a later save keeps it.
+    func creationOrder(of id: UUID, firstSavedAt seq: Int64) -> Int64 {
+        todos[id]?.rowID ?? seq
+    }
+
     /// A commit of this daemon took the seqs `first`... and left the head at `newHead`, writing
     /// `rows` (each todo's final state and the offset of its first save in the batch). Applies
     /// it and returns true when it follows this state directly; false when something else
@@ -50,9 +56,7 @@ struct KnownTodos {
     ) -> Bool {
         guard generation == self.generation, first - 1 == head else { return false }
         for row in rows {
-            // A todo's creation order is the seq of its first save; an update keeps it.
-            let rowID = todos[row.todo.id]?.rowID ?? (first - 1 + row.offset)
-            todos[row.todo.id] = (rowID, row.todo)
+            todos[row.todo.id] = (creationOrder(of: row.todo.id, firstSavedAt: first - 1 + row.offset), row.todo)
         }
         head = newHead
         sorted = nil
@@ -71,8 +75,7 @@ struct KnownTodos {
             guard entry.seq == expected, let todo = TodoWireCodec.todo(inBroadcastPayload: entry.payload) else {
                 return false
             }
-            // A todo's creation order is the seq of its first save.
-            let rowID = changes[todo.id]?.rowID ?? todos[todo.id]?.rowID ?? entry.seq
+            let rowID = changes[todo.id]?.rowID ?? creationOrder(of: todo.id, firstSavedAt: entry.seq)
             changes[todo.id] = (rowID, todo)
             expected += 1
         }
@@ -95,7 +98,7 @@ struct KnownTodos {
 
         /// A write of the batch saved `todo` at `seq` (its creation order, if it is new).
         mutating func saved(_ todo: Todo, seq: UInt64) {
-            let rowID = saves[todo.id]?.rowID ?? base.todos[todo.id]?.rowID ?? Int64(seq)
+            let rowID = saves[todo.id]?.rowID ?? base.creationOrder(of: todo.id, firstSavedAt: Int64(seq))
             saves[todo.id] = (rowID, todo)
         }
 

@@ -133,19 +133,16 @@ extension PostgresStore {
         switch outcome {
         case .done(let results, let applied):
             claims.finish(origin)
-            if let applied, let current = known {
-                if current.generation != generation {
-                    known = nil
-                } else {
-                    // Applied when the commit follows them directly; otherwise they stay behind
-                    // and the journal (this commit's entries included) moves them on.
-                    _ = known?.committed(
-                        first: applied.first,
-                        newHead: applied.newHead,
-                        rows: applied.rows,
-                        generation: generation
-                    )
-                }
+            if let applied {
+                // Applied when the commit follows the known todos directly on their server;
+                // otherwise they stay behind and the journal (this commit's entries included)
+                // moves them on, or the next read finds them on another server and drops them.
+                _ = known?.committed(
+                    first: applied.first,
+                    newHead: applied.newHead,
+                    rows: applied.rows,
+                    generation: generation
+                )
             }
             recordHealth(up: true)
             commitsSincePrune += 1

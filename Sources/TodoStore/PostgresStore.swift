@@ -16,9 +16,10 @@ import TodoApp
 /// out once it is durable (PostgresStore+Durability). So `seq` is gapless and global, and a
 /// failed transaction leaves nothing behind.
 ///
-/// Reads go to the database, which answers with the head only while it has not moved since the
-/// daemon last read every todo (`KnownTodos`): so they see other daemons' writes at once. A
-/// journal follower (`JournalFollower`) hands other daemons' broadcasts to the hub.
+/// Reads go to the database, so they see other daemons' writes at once: a daemon that knows
+/// every todo as of a head (`KnownTodos`) fetches only the head and the journal's entries after
+/// it, and reads every todo only when those cannot bring it there. A journal follower
+/// (`JournalFollower`) hands other daemons' broadcasts to the hub.
 public actor PostgresStore: ServedStore {
 
     let pool: FailoverPool
@@ -233,7 +234,12 @@ public actor PostgresStore: ServedStore {
     /// read.
     func catchUpKnown() async throws -> Bool {
         let generation = pool.clientGeneration
-        guard let asked = known.flatMap({ $0.generation == generation ? $0.head : nil }) else { return false }
+        guard let asked = known?.head else { return false }
+        guard known?.generation == generation else {
+            // Known on another server (before a failover): of no use here.
+            known = nil
+            return false
+        }
         let logger = self.logger
         let read = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
             try await Self.readJournal(after: asked, limit: Self.knownCatchUpLimit, on: connection, logger: logger)
@@ -295,10 +301,21 @@ public actor PostgresStore: ServedStore {
                 rows.append((seqNo, todo))
             }
         }
-        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
-        // Answer nothing a crash of the database could still take back.
-        if unflushed { try await flush(on: connection, logger: logger) }
+        try await settle(head: head, unflushed: unflushed, on: connection, logger: logger)
         return (head, rows)
+    }
+
+    /// Ends a read that found `head`: throws when there was no head row, and flushes first when
+    /// the read saw a commit not yet durable, so that it answers nothing a crash of the database
+    /// could still take back.
+    private static func settle(
+        head: Int64,
+        unflushed: Bool,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
+        if unflushed { try await flush(on: connection, logger: logger) }
     }
 
     /// Reads the head and, in seq order, at most `limit` journal entries after `after` (their
@@ -328,8 +345,7 @@ public actor PostgresStore: ServedStore {
             unflushed = unflushed || flag
             if let seq, let payload { entries.append((seq, Array(payload.readableBytesView))) }
         }
-        guard head >= 0 else { throw StoreError(message: "the database has no stream_state row") }
-        if unflushed { try await flush(on: connection, logger: logger) }
+        try await settle(head: head, unflushed: unflushed, on: connection, logger: logger)
         return (head, entries)
     }
 
@@ -412,21 +428,7 @@ public actor PostgresStore: ServedStore {
             case .read: reads += 1
             }
         }
-        guard reads > 0, !writes.isEmpty else { return nil }
-        // When another daemon committed since the todos were known, they are moved on from the
-        // journal and the commit tried once more.
-        var attempt: (known: KnownTodos, results: [Result<SavedTodo, AppError>])?
-        for retry in [false, true] {
-            if retry {
-                guard (try? await catchUpKnown()) == true else { return nil }
-            }
-            guard let known, known.generation == pool.clientGeneration else { return nil }
-            if let results = await commit(writes, time: now(), expectHead: known.head) {
-                attempt = (known, results)
-                break
-            }
-        }
-        guard let (known, results) = attempt else { return nil }
+        guard reads > 0, !writes.isEmpty, let (known, results) = await commitAtKnownHead(writes) else { return nil }
         // Every write failed for want of the database: so do the reads.
         let unavailable = results.allSatisfy { if case .failure(.unavailable) = $0 { true } else { false } }
         var view = known.view()
@@ -445,6 +447,20 @@ public actor PostgresStore: ServedStore {
             }
         }
         return answers
+    }
+
+    /// Commits `writes` at the head the todos are known at, and returns them as they were
+    /// then. When another daemon committed since, they are moved on from the journal and the
+    /// commit is tried once more. Nil, with nothing written, when that does not succeed.
+    private func commitAtKnownHead(
+        _ writes: [TodoWrite]
+    ) async -> (KnownTodos, [Result<SavedTodo, AppError>])? {
+        for attempt in 0..<2 {
+            if attempt > 0, (try? await catchUpKnown()) != true { return nil }
+            guard let known, known.generation == pool.clientGeneration else { return nil }
+            if let results = await commit(writes, time: now(), expectHead: known.head) { return (known, results) }
+        }
+        return nil
     }
 
     // MARK: JournalReader
