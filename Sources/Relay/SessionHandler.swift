@@ -78,6 +78,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var outbound = OutboundQueue()
     /// The hub's pass has been told to call `flushPending` for this session.
     private var fanOutPending = false
+    /// Set by the shard to its pass number while this session gets a run's frames one by one.
+    var ownFramesPass: UInt64 = 0
     /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
 

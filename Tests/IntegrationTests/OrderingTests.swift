@@ -5,10 +5,12 @@ import Testing
 
 /// Many sessions pipelining hundreds of mixed requests at once: every session's answers come in
 /// request order, every broadcast in seq order without gaps, and a read sees the session's own
-/// writes sent before it.
+/// writes sent before it. Sessions that only listen get the same broadcasts, in the same order,
+/// though each batch interleaves them with other sessions' replies.
 @Suite struct OrderingTests {
     static let sessions = 8
     static let requestsPerSession = 250
+    static let listeners = 3
 
     /// What request `index` of a session is: list, toggle, save, detail or ping, in turn.
     enum Kind: Int, CaseIterable {
@@ -22,6 +24,8 @@ import Testing
     @Test(arguments: ["memory", "sqlite"])
     func pipelinedMixedRequestsFromManySessionsKeepEveryOrder(storage: String) async throws {
         try await withDaemon(storage: storage == "sqlite" ? .sqlite : .memory) { daemon in
+            var listeners: [TestConnection] = []
+            for _ in 0..<Self.listeners { listeners.append(try await daemon.client().0) }
             var clients: [TestConnection] = []
             var todos: [String] = []
             var seen: [Int] = []
@@ -36,6 +40,9 @@ import Testing
             let startSeq = Self.sessions
             for (client, seq) in zip(clients, seen) where seq < startSeq {
                 _ = try await client.json { ($0["seq"] as? Int) == startSeq }
+            }
+            for listener in listeners {
+                _ = try await listener.json { ($0["seq"] as? Int) == startSeq }
             }
             // Each session sends its whole burst in one write: the daemon reads it all at once.
             for (session, client) in clients.enumerated() {
@@ -79,6 +86,16 @@ import Testing
                 }
                 #expect(answered.count == expectedAnswers)
                 #expect(lastSeq == finalSeq)
+            }
+            for (number, listener) in listeners.enumerated() {
+                var lastSeq = startSeq
+                while lastSeq < finalSeq {
+                    let frame = try await listener.json()
+                    let seq = try #require(frame["seq"] as? Int, "listener \(number): \(frame)")
+                    #expect(seq == lastSeq + 1, "listener \(number): seq \(seq) after \(lastSeq)")
+                    #expect(frame["re"] == nil && frame["type"] as? String == "ResponseTodoViewModel", "\(frame)")
+                    lastSeq = seq
+                }
             }
         }
     }

@@ -1,0 +1,292 @@
+import EventStream
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The sessions of one event loop. Invariant: every stored property is read and written only
+/// on `loop`, which is why it may be shared across threads.
+final class Shard<Codec: EventCodec>: @unchecked Sendable {
+    /// The place of this loop in the hub's list.
+    let index: Int
+    let epoch: String
+    let loop: any EventLoop
+    /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
+    /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
+    /// the loop empties it on its next turn, and what is in it was committed already.
+    private let inbox = NIOLockedValueBox<(items: [InboxItem], scheduled: Bool)>(([], false))
+
+    enum InboxItem: Sendable {
+        case broadcast(BroadcastFrame)
+        /// A reply for one session, in its place among the broadcasts.
+        case reply(SessionID, ByteBuffer, typeIndex: Int)
+        /// A copy for every monitor subscribed to the type but the session that caused it.
+        case monitor(ByteBuffer, typeIndex: Int, except: SessionID)
+        /// One request of the session has had every answer.
+        case answered(SessionID)
+        /// Every seq through this one was given up: sessions are told `gap`.
+        case gap(UInt64)
+        /// Anything else that must keep its place (a control frame to everyone).
+        case run(@Sendable () -> Void)
+    }
+
+    /// A frame for one session among a run of broadcasts (a reply, or a monitor's copy):
+    /// `after` is how many of the run's broadcasts come before it.
+    struct PersonalFrame {
+        let after: Int
+        let session: SessionID
+        let bytes: ByteBuffer
+        let typeIndex: Int
+    }
+
+    /// What one session of a run gets besides what every subscriber gets, in order.
+    enum OwnFrame {
+        /// `personal[index]`.
+        case personal(Int)
+        /// `frames[index]`, which this session caused: its copy with `re`.
+        case caused(Int)
+    }
+
+    /// Sessions written to during the current pass over the inbox, flushed once at its end.
+    private var touched: [SessionHandler<Codec>] = []
+    var sessions: [SessionID: SessionHandler<Codec>] = [:]
+    private var byType: [[SessionID: SessionHandler<Codec>]]
+    private var monitorsByType: [[SessionID: SessionHandler<Codec>]]
+    /// Every session subscribed to something, with what it is subscribed to.
+    private var subscribed: [SessionID: (session: SessionHandler<Codec>, types: TypeSet)] = [:]
+    /// Counts fan-outs; a session whose `ownFramesPass` equals it gets its frames of the
+    /// current run one by one, in order, and is left out of the shared run.
+    private var pass: UInt64 = 0
+    /// The newest broadcast fanned out on this loop.
+    private(set) var lastSeq: UInt64
+    /// Frames written on this loop, by type index.
+    var framesOut: [Int]
+    /// Frames received on this loop, and the events they published by type index.
+    var framesIn = 0
+    var requestsIn: [Int]
+    private(set) var fanOutLatency = LatencyHistogram()
+
+    init(index: Int, loop: any EventLoop, epoch: String, typeCount: Int, head: UInt64) {
+        self.index = index
+        self.epoch = epoch
+        self.loop = loop
+        self.byType = Array(repeating: [:], count: typeCount)
+        self.monitorsByType = Array(repeating: [:], count: typeCount)
+        self.framesOut = Array(repeating: 0, count: typeCount)
+        self.requestsIn = Array(repeating: 0, count: typeCount)
+        self.lastSeq = head
+    }
+
+    func reindex(
+        _ session: SessionHandler<Codec>,
+        from old: TypeSet,
+        to new: TypeSet,
+        wasMonitor: Bool,
+        isMonitor: Bool
+    ) {
+        for index in byType.indices {
+            if old.contains(index) {
+                byType[index][session.id] = nil
+                monitorsByType[index][session.id] = nil
+            }
+            if new.contains(index) {
+                byType[index][session.id] = session
+                if isMonitor { monitorsByType[index][session.id] = session }
+            }
+        }
+        subscribed[session.id] = new.isEmpty ? nil : (session, new)
+    }
+
+    func remove(_ session: SessionHandler<Codec>) {
+        sessions[session.id] = nil
+        subscribed[session.id] = nil
+        for index in byType.indices {
+            byType[index][session.id] = nil
+            monitorsByType[index][session.id] = nil
+        }
+    }
+
+    /// Appends a batch's items to the inbox (from any thread; callers keep their order).
+    func post(_ items: [InboxItem]) {
+        let schedule = inbox.withLockedValue { inbox -> Bool in
+            inbox.items.append(contentsOf: items)
+            if inbox.scheduled { return false }
+            inbox.scheduled = true
+            return true
+        }
+        if schedule { loop.execute { self.emptyInbox() } }
+    }
+
+    /// Fans out each run of broadcasts, with the replies and monitors' copies among them, in
+    /// one pass; `gap` and control frames, which go to everyone, end a run. Then flushes every
+    /// connection written to once, and only then tells sessions which requests are answered
+    /// (they may go on with frames held back).
+    private func emptyInbox() {
+        let items = inbox.withLockedValue { inbox -> [InboxItem] in
+            inbox.scheduled = false
+            let items = inbox.items
+            inbox.items = []
+            return items
+        }
+        var run: [BroadcastFrame] = []
+        var personal: [PersonalFrame] = []
+        var answered: [SessionID] = []
+        for item in items {
+            switch item {
+            case .broadcast(let frame):
+                run.append(frame)
+            case .reply(let id, let frame, let typeIndex):
+                personal.append(PersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
+            case .monitor(let frame, let typeIndex, let except):
+                for id in monitorsByType[typeIndex].keys where id != except {
+                    personal.append(PersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
+                }
+            case .answered(let id):
+                answered.append(id)
+            case .gap(let seq):
+                fanOut(run, personal)
+                (run, personal) = ([], [])
+                lastSeq = max(lastSeq, seq)
+                let frame = OutboundFrame.op("gap", correlation: nil) { writer in
+                    writer.field("epoch", epoch)
+                    writer.field("seq", seq)
+                }
+                for session in sessions.values { session.deliverControl(frame) }
+            case .run(let body):
+                fanOut(run, personal)
+                (run, personal) = ([], [])
+                body()
+            }
+        }
+        fanOut(run, personal)
+        let flushing = touched
+        touched = []
+        for session in flushing { session.flushPending() }
+        for id in answered { sessions[id]?.requestAnswered() }
+    }
+
+    /// Writes a run of broadcasts and the personal frames among them. Every subscriber that
+    /// has no frame of its own in the run gets the broadcasts joined in one buffer, shared
+    /// with every other such subscriber. A session with a reply, a monitor's
+    /// copy or a broadcast it caused (its copy with `re`) gets its frames one by one, each in
+    /// its place.
+    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame]) {
+        if frames.isEmpty, personal.isEmpty { return }
+        pass &+= 1
+        // What each session with frames of its own gets, in order.
+        var own: [SessionID: [OwnFrame]] = [:]
+        var next = 0
+        for (index, frame) in frames.enumerated() {
+            while next < personal.count, personal[next].after <= index {
+                own[personal[next].session, default: []].append(.personal(next))
+                next += 1
+            }
+            if let origin = frame.origin { own[origin, default: []].append(.caused(index)) }
+        }
+        while next < personal.count {
+            own[personal[next].session, default: []].append(.personal(next))
+            next += 1
+        }
+        var ownSessions: [(SessionHandler<Codec>, [OwnFrame])] = []
+        ownSessions.reserveCapacity(own.count)
+        for (id, list) in own {
+            guard let session = sessions[id] else { continue }
+            session.ownFramesPass = pass
+            ownSessions.append((session, list))
+        }
+        // Sessions with frames of their own (requesters waiting for replies) are written, and
+        // so flushed, before the many that share the run.
+        for (session, list) in ownSessions { writeOwn(list, to: session, frames, personal) }
+        if let first = frames.first, let last = frames.last {
+            lastSeq = last.seq
+            if frames.allSatisfy({ $0.typeIndex == first.typeIndex }) {
+                framesOut[first.typeIndex] += shareRun(frames, with: byType[first.typeIndex].values)
+            } else {
+                // Broadcasts of several types in one run (not made by the todo app, whose
+                // broadcasts are all of one type): each subscriber gets its own, one by one.
+                var runTypes = TypeSet()
+                for frame in frames { runTypes.insert(frame.typeIndex) }
+                for (session, types) in subscribed.values where session.ownFramesPass != pass {
+                    guard types.bits & runTypes.bits != 0 else { continue }
+                    writeOwn([], to: session, frames, personal)
+                }
+            }
+        }
+        if !frames.isEmpty { recordLatency(frames) }
+    }
+
+    /// Writes `frames`, joined, to each of `subscribers` but those with frames of their own;
+    /// returns how many frames were written.
+    private func shareRun(
+        _ frames: [BroadcastFrame],
+        with subscribers: Dictionary<SessionID, SessionHandler<Codec>>.Values
+    ) -> Int {
+        let run = Self.joined(frames)
+        var written = 0
+        // Framed for WebSocket once, when the first session that takes it is reached.
+        var webSocketRun: ByteBuffer?
+        for session in subscribers where session.ownFramesPass != pass {
+            written += frames.count
+            if session.takesWebSocketRuns, webSocketRun == nil {
+                webSocketRun = WebSocketFraming.textFrames(frames.map(\.plain))
+            }
+            if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames) {
+                touched.append(session)
+            }
+        }
+        return written
+    }
+
+    /// Writes one session's frames of a run in order: the broadcasts it subscribes to, its
+    /// copies of those it caused, and its replies and monitor's copies, each in its place.
+    private func writeOwn(
+        _ list: [OwnFrame],
+        to session: SessionHandler<Codec>,
+        _ frames: [BroadcastFrame],
+        _ personal: [PersonalFrame]
+    ) {
+        let types = subscribed[session.id]?.types ?? TypeSet()
+        var pending = false
+        var shared = 0
+        func writeShared(upTo end: Int) {
+            guard shared < end else { return }
+            for frame in frames[shared..<end] where types.contains(frame.typeIndex) {
+                framesOut[frame.typeIndex] += 1
+                if session.enqueueBroadcast(frame.plain, seq: frame.seq) { pending = true }
+            }
+            shared = end
+        }
+        for item in list {
+            switch item {
+            case .personal(let index):
+                let frame = personal[index]
+                writeShared(upTo: frame.after)
+                framesOut[frame.typeIndex] += 1
+                if session.enqueueReply(frame.bytes) { pending = true }
+            case .caused(let index):
+                writeShared(upTo: index)
+                let frame = frames[index]
+                framesOut[frame.typeIndex] += 1
+                if session.enqueueBroadcast(frame.originCopy, seq: frame.seq) { pending = true }
+                shared = index + 1
+            }
+        }
+        writeShared(upTo: frames.count)
+        if pending { touched.append(session) }
+    }
+
+    /// The frames' bytes in one buffer (the frame's own buffer when there is one).
+    private static func joined(_ frames: [BroadcastFrame]) -> ByteBuffer {
+        if frames.count == 1, let only = frames.first { return only.plain }
+        var run = ByteBuffer()
+        run.reserveCapacity(frames.reduce(0) { $0 + $1.plain.readableBytes })
+        for frame in frames { run.writeImmutableBuffer(frame.plain) }
+        return run
+    }
+
+    /// One fan-out latency observation per broadcast, once this loop has written it.
+    private func recordLatency(_ frames: [BroadcastFrame]) {
+        let now = NIODeadline.now()
+        for frame in frames {
+            fanOutLatency.record(nanoseconds: UInt64(max(0, (now - frame.receivedAt).nanoseconds)))
+        }
+    }
+}
