@@ -103,20 +103,35 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
         self.shard = services.hub.shard(for: loop)
-        let configuration = services.settings.configuration
-        self.bucket = TokenBucket(burst: configuration.rateLimitBurst)
+        let configurationCopy = services.settings.versionedConfiguration
+        self.configurationCopy = configurationCopy
+        self.bucket = TokenBucket(burst: configurationCopy.configuration.rateLimitBurst)
         var logger = services.logger
         logger[metadataKey: "connection.id"] = "\(id)"
         logger[metadataKey: "transport"] = "\(transport)"
         self.logger = logger
     }
 
-    private var configuration: RelayConfiguration { services.settings.configuration }
+    /// The relay's configuration as of the last update seen: taken again only after a reload,
+    /// not under the settings' lock on every frame.
+    private var configuration: RelayConfiguration {
+        if services.settings.version != configurationCopy.version {
+            configurationCopy = services.settings.versionedConfiguration
+        }
+        return configurationCopy.configuration
+    }
+    private var configurationCopy: (version: Int, configuration: RelayConfiguration)
+    /// The channel's high water mark (unknown: `Int.max`): a writable channel holds at most
+    /// this many bytes unsent.
+    private var highWaterMark = Int.max
 
     // MARK: Lifecycle
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
+            highWaterMark = waterMark.high
+        }
         if startMode == .immediately, context.channel.isActive { start() }
     }
 
@@ -765,7 +780,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// channel was writable): then, a little later, a client that took nothing of it in the
     /// meantime is cut; one that is reading is looked at again.
     private func watchForStall() {
-        guard case .idle = stallWatch, !lifecycle.isClosing, queuedBytes > configuration.maxQueueBytes else { return }
+        guard case .idle = stallWatch, !lifecycle.isClosing else { return }
+        let limit = configuration.maxQueueBytes
+        // The usual case, answered without asking the channel for its backlog: nothing waits
+        // here and the channel is writable, so less than the bound is unsent.
+        if outbound.isEmpty, limit >= highWaterMark, context?.channel.isWritable == true { return }
+        guard queuedBytes > limit else { return }
         stallWatch = .watching(unsentBefore: queuedBytes)
         let bound = NIOLoopBound(self, eventLoop: loop)
         loop.scheduleTask(in: .milliseconds(Int64(configuration.slowConsumerCheckMs))) { bound.value.checkStall() }

@@ -9,9 +9,13 @@ import Foundation
 ///
 /// The thread ends once the executor is gone: an actor keeps its executor alive, and a job
 /// queued here belongs to such an actor, so nothing can be queued after that.
+///
+/// The thread also runs tasks that prefer it (`withTaskExecutorPreference(thread.tasks)`): such
+/// a task is resumed here, not on the global pool, when another thread wakes it (the
+/// sequencer's wait for requests), and enters an actor on this thread without waking another.
 public final class StoreThread: SerialExecutor, @unchecked Sendable {
     // Invariant: the only state is `inbox`, which synchronises itself.
-    private let inbox: Inbox
+    fileprivate let inbox: Inbox
 
     /// Starts the thread, named `name` (as `top` and `perf` show it; at most 15 bytes).
     public init(name: String = "store") {
@@ -38,6 +42,21 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
         UnownedSerialExecutor(ordinary: self)
     }
 
+    /// A task executor running tasks on this thread; it keeps the thread alive.
+    public var tasks: Tasks { Tasks(thread: self) }
+
+    /// Runs the jobs of tasks that prefer it on the thread, as the global pool would run them.
+    public final class Tasks: TaskExecutor, @unchecked Sendable {
+        // Invariant: the only state is `thread`, which never changes.
+        private let thread: StoreThread
+
+        fileprivate init(thread: StoreThread) { self.thread = thread }
+
+        public func enqueue(_ job: consuming ExecutorJob) {
+            thread.inbox.append(.task(UnownedJob(job), UnownedTaskExecutor(ordinary: self)))
+        }
+    }
+
     public func checkIsolated() {
         precondition(inbox.isCurrent, "not on the store's thread")
     }
@@ -59,6 +78,8 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
 extension StoreThread {
     fileprivate enum Item {
         case job(UnownedJob)
+        /// A job of a task that prefers `Tasks` (which its task keeps alive while it waits).
+        case task(UnownedJob, UnownedTaskExecutor)
         case work(@Sendable () -> Void)
     }
 
@@ -126,6 +147,7 @@ extension StoreThread {
                 for item in batch {
                     switch item {
                     case .job(let job): job.runSynchronously(on: executor)
+                    case .task(let job, let taskExecutor): job.runSynchronously(on: taskExecutor)
                     case .work(let work): work()
                     }
                 }

@@ -17,7 +17,11 @@ struct SequencerService: Service {
         let host = SequencerHost(thread: thread)
         let sequencer = self.sequencer
         await withGracefulShutdownHandler {
-            await host.run(sequencer)
+            // Preferring the thread as task executor too: when a request wakes the sequencer,
+            // it resumes on its thread directly, not first on the global pool.
+            await withTaskExecutorPreference(thread.tasks) {
+                await host.run(sequencer)
+            }
         } onGracefulShutdown: {
             sequencer.stop()
         }

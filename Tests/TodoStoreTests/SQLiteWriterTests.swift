@@ -178,6 +178,24 @@ import Testing
         #expect(try await thread.perform { "after" } == "after")
     }
 
+    /// Resumed from another thread, a task that prefers the thread as its task executor goes
+    /// on there, not on the global pool (the sequencer waking for requests).
+    @Test func aTaskThatPrefersTheThreadIsResumedOnIt() async throws {
+        let thread = StoreThread()
+        let resumedOnTheThread = await withTaskExecutorPreference(thread.tasks) {
+            var answers: [Bool] = []
+            for _ in 0..<20 {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    Thread { continuation.resume() }.start()
+                }
+                answers.append(thread.isCurrent)
+            }
+            return answers
+        }
+        #expect(resumedOnTheThread == Array(repeating: true, count: 20))
+        #expect(!thread.isCurrent)
+    }
+
     @Test func theThreadIsReleasedWithItsLastUser() async throws {
         weak var released: StoreThread?
         do {
