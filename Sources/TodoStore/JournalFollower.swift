@@ -200,13 +200,21 @@ final class JournalFollower: Sendable {
     }
 
     /// Reads everything after the cursor up to the durable head (PostgresStore+Durability),
-    /// page by page, and publishes what other daemons wrote.
+    /// page by page, and publishes what other daemons wrote. The first page comes in the same
+    /// statement as the heads, so the usual catch-up is one round trip.
     ///
     /// Entries committed but not yet durable wait for the notification their flush sends. If
     /// two catch-ups in a row find the durable head short of the head and not moved (a flush
     /// that never came: its connection was cut between the two commits), this one flushes.
     private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
-        let (head, durable) = try await PostgresStore.durability(on: connection, logger: logger)
+        var from = handled
+        let first = try await PostgresStore.durableEntries(
+            on: connection,
+            after: from,
+            limit: Self.pageSize,
+            logger: logger
+        )
+        let (head, durable) = (first.head, first.durable)
         var trusted = durable
         if durable < head {
             let stalled = shortOfHead.withLockedValue { last in
@@ -218,15 +226,25 @@ final class JournalFollower: Sendable {
             shortOfHead.withLockedValue { $0 = nil }
         }
         let target = UInt64(max(0, min(head, trusted)))
-        var from = handled
+        // What the first statement read: the entries after `from` through `firstUpper`.
+        let firstUpper = min(UInt64(max(0, min(head, durable))), from + Self.pageSize)
+        var read: (upper: UInt64, entries: [(entry: JournalEntry, origin: String?)])? =
+            firstUpper > from ? (firstUpper, first.entries) : nil
         while from < target {
-            let upper = min(target, from + Self.pageSize)
-            let entries = try await PostgresStore.originEntries(
-                on: connection,
-                after: from,
-                through: upper,
-                logger: logger
-            )
+            let upper: UInt64
+            let entries: [(entry: JournalEntry, origin: String?)]
+            if let page = read {
+                (upper, entries) = page
+                read = nil
+            } else {
+                upper = min(target, from + Self.pageSize)
+                entries = try await PostgresStore.originEntries(
+                    on: connection,
+                    after: from,
+                    through: upper,
+                    logger: logger
+                )
+            }
             guard entries.first?.entry.seq == from + 1, entries.last?.entry.seq == upper,
                 entries.count == Int(upper - from)
             else {

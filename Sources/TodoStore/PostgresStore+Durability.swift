@@ -17,23 +17,6 @@ extension PostgresStore {
         FROM stream_state s WHERE s.id = 1
         """
 
-    /// Reads the head and how far it is durable.
-    static func durability(
-        on connection: PostgresConnection,
-        logger: Logger
-    ) async throws -> (head: Int64, durable: Int64) {
-        var result: (head: Int64, durable: Int64)?
-        for try await (head, durable) in try await connection.query(
-            PostgresQuery(unsafeSQL: headAndDurable),
-            logger: logger
-        )
-        .decode((Int64, Int64).self) {
-            result = (head, durable)
-        }
-        guard let result else { throw StoreError(message: "the database has no stream_state row") }
-        return result
-    }
-
     /// Makes everything this connection can see durable, and says so for others: moves this
     /// backend's row of `todostream_durable` to the current head, in a synchronous commit (the
     /// connection must not be inside a transaction, or the flush waits for its COMMIT).

@@ -525,6 +525,39 @@ public actor PostgresStore: ServedStore {
         return entries
     }
 
+    /// In one statement: the head, how far it is durable, and the entries after `after` up to
+    /// both (at most `limit`), in seq order, each with its `origin` (the journal follower's
+    /// usual catch-up, which otherwise took a statement for the heads and one for the entries).
+    static func durableEntries(
+        on connection: PostgresConnection,
+        after: UInt64,
+        limit: UInt64,
+        logger: Logger
+    ) async throws -> (head: Int64, durable: Int64, entries: [(entry: JournalEntry, origin: String?)]) {
+        let query: PostgresQuery = """
+            WITH d AS (\(unescaped: Self.headAndDurable))
+            SELECT d.head, d.durable, j.seq, j.type, j.payload, j.origin, j.mid
+            FROM d LEFT JOIN LATERAL (
+              SELECT seq, type, payload, origin, mid FROM journal
+              WHERE seq > \(Int64(after)) AND seq <= LEAST(d.head, d.durable) ORDER BY seq LIMIT \(Int64(limit))
+            ) j ON true
+            ORDER BY j.seq
+            """
+        var heads: (head: Int64, durable: Int64)?
+        var entries: [(entry: JournalEntry, origin: String?)] = []
+        for try await (head, durable, seq, type, payload, origin, mid) in try await connection.query(
+            query,
+            logger: logger
+        ).decode((Int64, Int64, Int64?, String?, ByteBuffer?, String?, String?).self) {
+            heads = (head, durable)
+            guard let seq, let type, let payload else { continue }
+            let entry = JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid)
+            entries.append((entry, origin))
+        }
+        guard let heads else { throw StoreError(message: "the database has no stream_state row") }
+        return (heads.head, heads.durable, entries)
+    }
+
     // MARK: Running
 
     /// Runs the pool until the task is cancelled (or its service is told to shut down: the
