@@ -12,10 +12,12 @@ import TodoApp
 ///
 /// The writer (`SQLiteWriter`) is called synchronously on the store's thread, with statements
 /// prepared once. The reader and the checkpointer are sqlite-nio connections, whose calls run on
-/// a thread pool, never on an event loop. The writer never checkpoints
+/// a thread pool, never on an event loop. The writer does not checkpoint on its own
 /// (`wal_autocheckpoint=0`), so no commit waits for the WAL to be copied into the database
 /// file: every `checkpointEvery` commits a passive checkpoint runs on its own connection,
-/// beside the commits (one at a time).
+/// beside the commits (one at a time), and runs again when it left a large WAL behind, so that
+/// the WAL starts over; only a WAL that grows large all the same has its tail copied by the
+/// writer before a commit (`CheckpointStateMachine`).
 final class SQLiteBackend: StorageBackend {
     private let writer: SQLiteWriter
     private let thread: StoreThread
@@ -23,16 +25,24 @@ final class SQLiteBackend: StorageBackend {
     private let checkpointer: SQLiteConnection
     let retention: JournalRetention
     private let logger: Logger
-    private let checkpoints = NIOLockedValueBox(CheckpointState.idle(commitsSince: 0))
+    private let checkpoints = NIOLockedValueBox(Checkpoints())
 
-    /// Commits between two checkpoints.
+    /// Commits between the starts of two background copies of the WAL.
     static let checkpointEvery = 64
+    /// The WAL's size in frames (4 KiB pages) from which copies run again at once to catch up,
+    /// and from which the writer copies the tail itself (see `CheckpointStateMachine`).
+    static let restartFrames = 1_024
+    static let tailFrames = 4_096
 
-    private enum CheckpointState {
-        /// No checkpoint under way; commits since the last one.
-        case idle(commitsSince: Int)
-        case running(Task<Void, Never>, commitsSince: Int)
-        case closed
+    private struct Checkpoints {
+        var machine = CheckpointStateMachine(
+            copyEvery: checkpointEvery,
+            restartFrames: restartFrames,
+            tailFrames: tailFrames,
+            maxPasses: 4
+        )
+        /// The background copy, while one runs.
+        var copy: Task<Void, Never>?
     }
 
     private init(
@@ -167,6 +177,7 @@ final class SQLiteBackend: StorageBackend {
     ) async throws {
         guard !batch.isEmpty else { return }
         assert(thread.isCurrent, "SQLite commits run on the store's thread")
+        if case .copyTail = checkpoints.withLockedValue({ $0.machine.beforeCommit() }) { copyTail() }
         do {
             try writer.commit(batch, recordedAt: recordedAt, prune: prune)
         } catch {
@@ -200,41 +211,65 @@ final class SQLiteBackend: StorageBackend {
         return rows.first?.column("oldest")?.integer.map { UInt64($0) }
     }
 
-    /// Starts a passive checkpoint on its own connection every `checkpointEvery` commits,
-    /// unless one is still running: commits go on meanwhile and never wait for it.
+    /// Starts the background copy of the WAL (a passive checkpoint on its own connection) every
+    /// `checkpointEvery` commits, unless one is still running: commits go on meanwhile and never
+    /// wait for it.
     private func checkpointIfDue() {
         let checkpointer = self.checkpointer
         let checkpoints = self.checkpoints
         let logger = self.logger
+        let writer = self.writer
         checkpoints.withLockedValue { state in
-            switch state {
-            case .closed:
-                return
-            case .running(let task, let commits):
-                state = .running(task, commitsSince: commits + 1)
-            case .idle(let commits) where commits + 1 < Self.checkpointEvery:
-                state = .idle(commitsSince: commits + 1)
-            case .idle:
-                let task = Task {
+            guard case .startCopy = state.machine.committed() else { return }
+            state.copy = Task {
+                var again = true
+                while again {
+                    var result: CheckpointStateMachine.CopyResult?
                     do {
-                        try await checkpointer.exec("PRAGMA wal_checkpoint(PASSIVE)")
+                        let row = try await checkpointer.rows("PRAGMA wal_checkpoint(PASSIVE)", []).first
+                        // Compared with the WAL as the writer has it now, not as the copy saw it
+                        // when it started: commits went on meanwhile.
+                        result = CheckpointStateMachine.CopyResult(
+                            walFrames: writer.walFrames,
+                            copied: row?.column("checkpointed")?.integer ?? 0
+                        )
                     } catch {
                         logger.warning("WAL checkpoint failed", metadata: ["error": "\(String(reflecting: error))"])
                     }
-                    checkpoints.withLockedValue { state in
-                        if case .running(_, let commits) = state { state = .idle(commitsSince: commits) }
+                    again = checkpoints.withLockedValue { state in
+                        guard case .copyAgain = state.machine.copyEnded(result) else {
+                            state.copy = nil
+                            return false
+                        }
+                        return true
                     }
                 }
-                state = .running(task, commitsSince: 0)
             }
+        }
+    }
+
+    /// Copies what the background copies left in the WAL, on the writer before a commit, so
+    /// that the commit starts the WAL over.
+    private func copyTail() {
+        do {
+            let started = ContinuousClock.now
+            let (walFrames, copied) = try writer.checkpoint()
+            logger.debug(
+                "WAL tail copied",
+                metadata: ["wal.frames": "\(walFrames)", "duration": "\(ContinuousClock.now - started)"]
+            )
+            if copied < walFrames {
+                logger.debug("WAL not restarted: a reader holds it", metadata: ["wal.frames": "\(walFrames)"])
+            }
+        } catch {
+            logger.warning("WAL checkpoint failed", metadata: ["error": "\(String(reflecting: error))"])
         }
     }
 
     func close() async {
         let running = checkpoints.withLockedValue { state -> Task<Void, Never>? in
-            defer { state = .closed }
-            if case .running(let task, _) = state { return task }
-            return nil
+            state.machine.close()
+            return state.copy
         }
         await running?.value
         // What is left in the WAL goes into the database file now, not on the next start.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TodoApp
 import VaporCSQLite
 
@@ -11,9 +12,17 @@ import VaporCSQLite
 final class SQLiteWriter: @unchecked Sendable {
     // Invariant: every method runs on the store's thread, one at a time (the store actor's
     // executor, or `StoreThread.perform` before the store exists); `handle` and the statements
-    // are never touched elsewhere.
+    // are never touched elsewhere. `walFrames` is atomic and may be read from any thread.
     private var handle: OpaquePointer?
     private var statements: Statements?
+    private let frames = WALFrames()
+
+    /// The WAL's size in frames as of the last commit (SQLite's WAL hook sets it).
+    var walFrames: Int { frames.count.load(ordering: .relaxed) }
+
+    private final class WALFrames: Sendable {
+        let count = Atomic<Int>(0)
+    }
 
     private struct Statements {
         let begin: OpaquePointer
@@ -70,6 +79,20 @@ final class SQLiteWriter: @unchecked Sendable {
             try writer.execute("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
             try writer.execute("PRAGMA journal_size_limit=67108864")
+            // Replaces the automatic checkpoint's hook (turned off above): after each commit,
+            // note the WAL's size for the checkpoints.
+            sqlite_nio_sqlite3_wal_hook(
+                handle,
+                { context, _, _, pages in
+                    guard let context else { return SQLITE_OK }
+                    Unmanaged<WALFrames>.fromOpaque(context).takeUnretainedValue().count.store(
+                        Int(pages),
+                        ordering: .relaxed
+                    )
+                    return SQLITE_OK
+                },
+                Unmanaged.passUnretained(writer.frames).toOpaque()
+            )
             writer.statements = Statements(
                 begin: try writer.prepare("BEGIN IMMEDIATE"),
                 commit: try writer.prepare("COMMIT"),
@@ -147,6 +170,19 @@ final class SQLiteWriter: @unchecked Sendable {
             }
             throw error
         }
+    }
+
+    /// Copies the WAL into the database file on this connection, between two commits (a
+    /// passive checkpoint: it waits for no reader). Returns the WAL's size in frames and how
+    /// many of them are in the database file now; when the two are equal, the next commit
+    /// starts the WAL over from its beginning.
+    func checkpoint() throws -> (walFrames: Int, copied: Int) {
+        guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        var walFrames: Int32 = 0
+        var copied: Int32 = 0
+        let result = sqlite_nio_sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &walFrames, &copied)
+        guard result == SQLITE_OK else { throw failure(result) }
+        return (Int(walFrames), Int(copied))
     }
 
     /// Finalises the statements and closes the connection; later commits throw.

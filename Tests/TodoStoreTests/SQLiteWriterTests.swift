@@ -111,6 +111,38 @@ import Testing
         try await reader.close()
     }
 
+    /// The writer's own checkpoint (the tail) copies every frame, and the next commit starts
+    /// the WAL over: the file stops growing.
+    @Test func theWritersCheckpointCopiesEveryFrameAndTheWALStartsOver() async throws {
+        let thread = StoreThread()
+        let (writer, reader, directory) = try await open(thread)
+        let wal = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName + "-wal")
+        func walSize() throws -> Int? { try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int }
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        func commit(_ seq: UInt64) async throws {
+            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
+            try await thread.perform {
+                try writer.commit([self.record(seq: seq, rowID: Int64(seq), todo: todo)], recordedAt: 1, prune: nil)
+            }
+        }
+        for seq in UInt64(1)...50 { try await commit(seq) }
+        let (walFrames, copied) = try await thread.perform { try writer.checkpoint() }
+        #expect(walFrames > 50)
+        #expect(copied == walFrames)
+        let size = try walSize()
+        // The next commit writes the WAL from its start: a few frames, and the file keeps its size.
+        try await commit(51)
+        let next = try await thread.perform { try writer.checkpoint() }
+        #expect(next.walFrames < 10)
+        #expect(try walSize() == size)
+        for seq in UInt64(52)...100 { try await commit(seq) }
+        let count = try await reader.rows("SELECT count(*) AS n FROM todos", [])
+        #expect(count.first?.column("n")?.integer == 100)
+        try await reader.close()
+        try await thread.perform { writer.close() }
+        await #expect(throws: SQLiteWriter.Failure.self) { try await thread.perform { try writer.checkpoint() } }
+    }
+
     @Test func aPruneDropsTheJournalEntriesItNamesInTheSameTransaction() async throws {
         let thread = StoreThread()
         let (writer, reader, _) = try await open(thread)
