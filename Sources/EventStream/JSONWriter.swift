@@ -46,7 +46,23 @@ public struct JSONWriter: Sendable {
 
     public mutating func integer<T: BinaryInteger>(_ value: T) {
         separate()
-        bytes.append(contentsOf: String(value).utf8)
+        guard let number = Int64(exactly: value) else {
+            bytes.append(contentsOf: String(value).utf8)
+            return
+        }
+        if number < 0 { bytes.append(UInt8(ascii: "-")) }
+        // Digits written in place, the last first (no intermediate string).
+        var rest = number.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var index = buffer.count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            } while rest > 0
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[index...]))
+        }
     }
 
     public mutating func bool(_ value: Bool) {
@@ -99,19 +115,53 @@ public struct JSONWriter: Sendable {
     private mutating func appendString(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         var text = value
-        // Copies the runs that need no escaping in one go (`withUTF8` makes the text contiguous).
+        // Copies the runs that need no escaping in one go (`withUTF8` makes the text contiguous),
+        // looking at eight bytes at a time for one that needs it.
         text.withUTF8 { utf8 in
+            guard let base = utf8.baseAddress else { return }
+            let count = utf8.count
             var start = 0
-            for index in utf8.indices {
-                let byte = utf8[index]
-                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
-                if index > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index])) }
-                appendEscaped(byte)
-                start = index + 1
+            var index = 0
+            while index < count {
+                if index + 8 <= count,
+                    !Self.mayNeedEscaping(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
+                {
+                    index += 8
+                    continue
+                }
+                let end = min(index + 8, count)
+                while index < end {
+                    let byte = base[index]
+                    if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                        if index > start {
+                            bytes.append(contentsOf: UnsafeBufferPointer(start: base + start, count: index - start))
+                        }
+                        appendEscaped(byte)
+                        start = index + 1
+                    }
+                    index += 1
+                }
             }
-            if start < utf8.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...])) }
+            if start < count {
+                bytes.append(contentsOf: UnsafeBufferPointer(start: base + start, count: count - start))
+            }
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any of the eight bytes in `word` is below 0x20, a quote or a backslash (exact:
+    /// false means none is; true means look at them one by one).
+    @inline(__always)
+    static func mayNeedEscaping(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits: UInt64 = 0x8080_8080_8080_8080
+        /// Bytes equal to zero have their high bit set in the result (and no byte is flagged
+        /// when none is zero).
+        func zeroBytes(_ value: UInt64) -> UInt64 { (value &- ones) & ~value & highBits }
+        let control = (word &- ones &* 0x20) & ~word & highBits
+        let quote = zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\""))))
+        let backslash = zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))
+        return (control | quote | backslash) != 0
     }
 
     private mutating func appendEscaped(_ byte: UInt8) {

@@ -204,4 +204,54 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
                 == #"{"a":"q\"\\\n\t\u0001é","list":[1,false,null,{}],"n":-5}"#
         )
     }
+
+    /// The escaping a string must get, byte by byte (the writer looks at eight bytes at a time).
+    private static func reference(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    @Test func escapesEveryByteThatNeedsItAtEveryPlaceOfAWord() {
+        let special: [Character] = ["\"", "\\", "\n", "\u{00}", "\u{01}", "\u{1F}", "\t"]
+        // Bytes next to the special ones, which a word-at-a-time test could mistake for them.
+        let neighbours: [Character] = [" ", "!", "#", "[", "]", "\u{7F}", "é", "a"]
+        for length in 0..<20 {
+            for position in 0..<max(length, 1) {
+                for character in special + neighbours {
+                    var characters = Array(repeating: neighbours[(position + length) % neighbours.count], count: length)
+                    if length > 0 { characters[position] = character }
+                    let text = String(characters)
+                    var writer = JSONWriter()
+                    writer.string(text)
+                    let written = String(decoding: writer.bytes, as: UTF8.self)
+                    #expect(written == Self.reference(text), "\(Array(text.utf8))")
+                }
+            }
+        }
+    }
+
+    @Test func writesIntegersAtTheirLimits() {
+        let values: [Int64] = [0, 7, -7, 10, -10, 99, 100, 1_000_000_007, Int64.max, Int64.min]
+        for value in values {
+            var writer = JSONWriter()
+            writer.integer(value)
+            #expect(String(decoding: writer.bytes, as: UTF8.self) == String(value))
+        }
+        var writer = JSONWriter()
+        writer.integer(UInt64.max)
+        #expect(String(decoding: writer.bytes, as: UTF8.self) == "18446744073709551615")
+    }
 }
