@@ -54,6 +54,8 @@ struct DaemonOptions: Sendable {
     var devTLS = false
     var retention = JournalRetention()
     var maxBatch = 256
+    /// How long the sequencer's thread stays awake for the next request after a batch.
+    var sequencerSpinMicroseconds = 400
     /// Requests waiting for the sequencer at most.
     var maxQueuedRequests = 65_536
     var synchronousFull = true
@@ -171,7 +173,10 @@ final class Daemon: Sendable {
         signalService: (@Sendable (Reloader) -> any Service)?
     ) async throws -> Daemon {
         // The thread the sequencer runs on, and the SQLite store with it.
-        let sequencerThread = StoreThread(name: "sequencer")
+        let sequencerThread = StoreThread(
+            name: "sequencer",
+            spin: .microseconds(options.sequencerSpinMicroseconds)
+        )
         let store: any ServedStore
         if let givenStore {
             store = givenStore

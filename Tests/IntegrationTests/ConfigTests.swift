@@ -44,6 +44,7 @@ import Glibc
         #expect(fromFile.listeners == defaults.listeners)
         #expect(fromFile.retention == defaults.retention)
         #expect(fromFile.maxBatch == defaults.maxBatch)
+        #expect(fromFile.sequencerSpinMicroseconds == defaults.sequencerSpinMicroseconds)
         #expect(fromFile.dataDirectory == defaults.dataDirectory)
         #expect(fromFile.tokens.isEmpty)
     }
@@ -96,6 +97,8 @@ import Glibc
         #expect(message("limits:\n  max_frame_bytes: 37337337337337:4:37:4:4\n")?.contains("whole number") == true)
         #expect(message("limits:\n  max_frame_bytes: 99999999999999999999\n")?.contains("whole number") == true)
         #expect(message("limits:\n  max_frame_bytes: 1000\n") == nil, "a plain file still reads")
+        #expect(message("store:\n  sequencer_spin_us: 100001\n")?.contains("store.sequencer_spin_us") == true)
+        #expect((try? resolve("store:\n  sequencer_spin_us: 0\n"))?.sequencerSpinMicroseconds == 0)
         #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
         #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
         #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")

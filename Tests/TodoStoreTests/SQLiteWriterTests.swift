@@ -228,6 +228,40 @@ import Testing
         #expect(!thread.isCurrent)
     }
 
+    /// Work that follows within the spin finds the thread awake: it does not go to sleep
+    /// between one piece of work and the next. Without a spin it sleeps between them.
+    @Test(.timeLimit(.minutes(1))) func aSpinningThreadStaysAwakeForWorkThatFollowsSoon() async throws {
+        let spinning = StoreThread(spin: .seconds(30))
+        _ = try await spinning.perform { 0 }
+        let before = spinning.sleeps
+        for value in 0..<200 { #expect(try await spinning.perform { value } == value) }
+        #expect(spinning.sleeps == before)
+
+        let sleeping = StoreThread()
+        var slept = 0
+        for value in 0..<200 {
+            #expect(try await sleeping.perform { value } == value)
+            // Waits until the thread sleeps again (it does at once), so each piece of work
+            // below finds it asleep.
+            while sleeping.sleeps == slept { await Task.yield() }
+            slept = sleeping.sleeps
+        }
+        #expect(sleeping.sleeps >= 200)
+    }
+
+    /// Work from many threads at once, while the thread spins and after it has gone to sleep
+    /// (a short spin), all runs: no append is missed between the spin and the sleep.
+    @Test(.timeLimit(.minutes(1))) func nothingIsMissedBetweenTheSpinAndTheSleep() async throws {
+        let thread = StoreThread(spin: .microseconds(50))
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for value in 0..<2_000 { group.addTask { try await thread.perform { value } } }
+            var seen: [Int] = []
+            for try await value in group { seen.append(value) }
+            #expect(seen.sorted() == Array(0..<2_000))
+        }
+        #expect(thread.sleeps > 0)
+    }
+
     @Test func theThreadIsReleasedWithItsLastUser() async throws {
         weak var released: StoreThread?
         do {
