@@ -54,8 +54,16 @@ struct DaemonOptions: Sendable {
     var devTLS = false
     var retention = JournalRetention()
     var maxBatch = 256
-    /// How long the sequencer's thread stays awake for the next request after a batch.
-    var sequencerSpinMicroseconds = 400
+    /// How long the sequencer's thread stays awake for the next request after a batch; nil:
+    /// by engine (`sequencerSpin`).
+    var sequencerSpinMicroseconds: Int?
+
+    /// The spin in force. SQLite commits on the sequencer's thread, so the next request
+    /// usually comes while it spins; a PostgreSQL commit is awaited on the network, longer
+    /// than a spin, which would then be CPU taken from the database on the same machine.
+    var sequencerSpin: Duration {
+        .microseconds(sequencerSpinMicroseconds ?? (engine == .postgres ? 0 : 400))
+    }
     /// Requests waiting for the sequencer at most.
     var maxQueuedRequests = 65_536
     var synchronousFull = true
@@ -175,7 +183,7 @@ final class Daemon: Sendable {
         // The thread the sequencer runs on, and the SQLite store with it.
         let sequencerThread = StoreThread(
             name: "sequencer",
-            spin: .microseconds(options.sequencerSpinMicroseconds)
+            spin: options.sequencerSpin
         )
         let store: any ServedStore
         if let givenStore {

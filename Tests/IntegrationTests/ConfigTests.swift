@@ -98,7 +98,18 @@ import Glibc
         #expect(message("limits:\n  max_frame_bytes: 99999999999999999999\n")?.contains("whole number") == true)
         #expect(message("limits:\n  max_frame_bytes: 1000\n") == nil, "a plain file still reads")
         #expect(message("store:\n  sequencer_spin_us: 100001\n")?.contains("store.sequencer_spin_us") == true)
-        #expect((try? resolve("store:\n  sequencer_spin_us: 0\n"))?.sequencerSpinMicroseconds == 0)
+        #expect((try? resolve("store:\n  sequencer_spin_us: 0\n"))?.sequencerSpin == .zero)
+        #expect((try? resolve(nil))?.sequencerSpin == .microseconds(400))
+        #expect(
+            (try? resolve(nil, flags: ["--storage", "postgres", "--postgres-url", "postgres://a@b/c"]))?.sequencerSpin
+                == .zero
+        )
+        #expect(
+            (try? resolve(
+                "store:\n  sequencer_spin_us: 50\n",
+                flags: ["--storage", "postgres", "--postgres-url", "postgres://a@b/c"]
+            ))?.sequencerSpin == .microseconds(50)
+        )
         #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
         #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
         #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")
