@@ -26,9 +26,7 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
     ///   on both sides); the price is up to this much CPU after each piece of work. Zero: sleep
     ///   at once.
     public init(name: String = "store", spin: Duration = .zero) {
-        let (seconds, attoseconds) = spin.components
-        let spinNanoseconds = max(0, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
-        inbox = Inbox(spinNanoseconds: spinNanoseconds)
+        inbox = Inbox(spin: spin)
         let inbox = self.inbox
         let executor = UnownedSerialExecutor(ordinary: self)
         let thread = Thread {
@@ -106,11 +104,11 @@ extension StoreThread {
         /// Items appended since the thread last took them, readable without the lock (the
         /// thread's spin before it sleeps looks at it).
         private let pending = Atomic<Int>(0)
-        private let spinNanoseconds: Int
+        private let spin: Duration
         private var sleepCount = 0
 
-        init(spinNanoseconds: Int) {
-            self.spinNanoseconds = spinNanoseconds
+        init(spin: Duration) {
+            self.spin = spin
         }
 
         private enum State {
@@ -148,27 +146,21 @@ extension StoreThread {
             if wake { condition.signal() }
         }
 
-        /// Stays awake up to `spinNanoseconds` while nothing is queued. An append meanwhile
-        /// finds the thread not idle and signals nothing; the thread sees `pending` and takes
-        /// the item under the lock, so nothing is missed either way.
-        private func spin() {
-            guard spinNanoseconds > 0, pending.load(ordering: .acquiring) == 0 else { return }
-            let start = Self.now()
+        /// Stays awake up to `spin` while nothing is queued. An append meanwhile finds the
+        /// thread not idle and signals nothing; the thread sees `pending` and takes the item
+        /// under the lock, so nothing is missed either way.
+        private func awaitWorkAwake() {
+            guard spin > .zero, pending.load(ordering: .acquiring) == 0 else { return }
+            let deadline = ContinuousClock.now + spin
             var rounds = 0
             while pending.load(ordering: .acquiring) == 0 {
                 rounds &+= 1
                 // The clock is read, and the CPU offered to anything else runnable here, once
                 // every few looks.
                 guard rounds % 16 == 0 else { continue }
-                if Self.now() - start > spinNanoseconds { return }
+                if ContinuousClock.now >= deadline { return }
                 sched_yield()
             }
-        }
-
-        private static func now() -> Int {
-            var time = timespec()
-            clock_gettime(CLOCK_MONOTONIC, &time)
-            return time.tv_sec * 1_000_000_000 + time.tv_nsec
         }
 
         func close() {
@@ -186,7 +178,7 @@ extension StoreThread {
             condition.unlock()
             var batch: [Item] = []
             while true {
-                spin()
+                awaitWorkAwake()
                 condition.lock()
                 while items.isEmpty {
                     if case .closed = state {
