@@ -212,6 +212,7 @@ final class JournalFollower: Sendable {
             on: connection,
             after: from,
             limit: Self.pageSize,
+            withholding: claims.withheld(),
             logger: logger
         )
         let (head, durable) = (first.head, first.durable)
@@ -228,11 +229,11 @@ final class JournalFollower: Sendable {
         let target = UInt64(max(0, min(head, trusted)))
         // What the first statement read: the entries after `from` through `firstUpper`.
         let firstUpper = min(UInt64(max(0, min(head, durable))), from + Self.pageSize)
-        var read: (upper: UInt64, entries: [(entry: JournalEntry, origin: String?)])? =
+        var read: (upper: UInt64, entries: [PostgresStore.FollowedEntry])? =
             firstUpper > from ? (firstUpper, first.entries) : nil
         while from < target {
             let upper: UInt64
-            let entries: [(entry: JournalEntry, origin: String?)]
+            let entries: [PostgresStore.FollowedEntry]
             if let page = read {
                 (upper, entries) = page
                 read = nil
@@ -242,6 +243,7 @@ final class JournalFollower: Sendable {
                     on: connection,
                     after: from,
                     through: upper,
+                    withholding: claims.withheld(),
                     logger: logger
                 )
             }
@@ -251,14 +253,20 @@ final class JournalFollower: Sendable {
                 from = try await resynchronize(on: connection, generation: generation, after: from)
                 continue
             }
-            let current = cursor.withLockedValue { cursor -> Bool in
+            let current = cursor.withLockedValue { cursor -> Bool? in
                 guard cursor.generation == generation, cursor.seq == from else { return false }
-                let foreign = entries.filter { !claims.passedByFollower(origin: $0.origin, seq: $0.entry.seq) }
-                    .map(\.entry)
+                var foreign: [JournalEntry] = []
+                for item in entries where !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) {
+                    // A batch of this process abandoned since the read: read the page again,
+                    // with its payloads.
+                    guard !item.withheld else { return nil }
+                    foreign.append(item.entry)
+                }
                 if !foreign.isEmpty { publish(foreign) }
                 cursor.seq = upper
                 return true
             }
+            guard let current else { continue }
             guard current else { throw DatabaseUnavailable() }
             from = upper
         }

@@ -38,6 +38,30 @@ final class LocalClaims: Sendable {
         String(UUID().uuidString.lowercased().filter { $0 != "-" }.prefix(16))
     }
 
+    /// Which entries' payloads the journal follower need not read: this process's own (the
+    /// local path publishes them), except the abandoned batches', which it publishes itself.
+    /// A batch abandoned after the read is published from a second read (JournalFollower).
+    struct Withheld: Sendable {
+        /// Origins that start with this (none when empty).
+        let prefix: String
+        /// Origins among them whose payloads are read anyway.
+        let except: [String]
+
+        /// No payload withheld.
+        static let nothing = Withheld(prefix: "", except: [])
+    }
+
+    /// What the follower's next read may withhold.
+    func withheld() -> Withheld {
+        let abandoned: [String] = state.withLockedValue { state in
+            guard state.abandoned > 0 else { return [] }
+            return state.claims.compactMap { origin, claim in
+                if case .abandoned = claim { origin } else { nil }
+            }
+        }
+        return Withheld(prefix: prefix, except: abandoned)
+    }
+
     /// A fresh origin for a batch about to be committed, already claimed.
     func begin() -> String {
         state.withLockedValue { state in

@@ -67,6 +67,9 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
     public var acquireTimeout: Duration = .seconds(5)
     /// How often the journal follower reads the journal even without a notification.
     public var catchUpInterval: Duration = .seconds(1)
+    /// Todos whose last written state a daemon keeps to stage a batch of writes without
+    /// reading them first (`StagingGuesses`); 0 reads every batch's todos.
+    public var stagingGuesses: Int = 16_384
 
     /// The first server's host.
     public var host: String { servers.first?.host ?? "localhost" }

@@ -97,14 +97,23 @@ extension PostgresStore {
         let generation = pool.clientGeneration
         var outcome = TransactionOutcome.stale
         var attempt = 0
+        // First, one try staged on what this daemon last saw of the todos (no read); refused,
+        // the batch is read and staged again.
+        var guessed = expectHead == nil ? guesses.stored(for: writes, time: time, known: known) : nil
         while case .stale = outcome {
             if expectHead != nil, attempt > 0 {
                 claims.finish(origin)
                 answered = false
                 return nil
             }
-            attempt += 1
+            let guess = guessed
+            if guess != nil {
+                guessed = nil
+            } else {
+                attempt += 1
+            }
             let locked = attempt > Self.optimisticAttempts
+            let headSeen = self.headSeen
             let progress = TransactionGuard()
             let staged = NIOLockedValueBox<Staged?>(nil)
             do {
@@ -115,6 +124,8 @@ extension PostgresStore {
                         origin: origin,
                         locked: locked,
                         expectHead: expectHead,
+                        guessed: guess,
+                        headSeen: headSeen,
                         progress: progress,
                         staged: { batch in staged.withLockedValue { $0 = batch } },
                         on: connection,
@@ -129,11 +140,14 @@ extension PostgresStore {
                     outcome = .failed(error)
                 }
             }
+            if case .stale = outcome, guess != nil { guesses.forget(writes.map(\.id)) }
         }
         switch outcome {
         case .done(let results, let applied):
             claims.finish(origin)
             if let applied {
+                headSeen = max(headSeen, applied.newHead)
+                guesses.remember(applied.rows.lazy.map(\.todo))
                 // Applied when the commit follows the known todos directly on their server;
                 // otherwise they stay behind and the journal (this commit's entries included)
                 // moves them on, or the next read finds them on another server and drops them.
@@ -247,7 +261,12 @@ extension PostgresStore {
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
-    /// todostream_commit_flush`, which commits and flushes before it answers. `locked`: the
+    /// todostream_commit_flush`, which commits and flushes before it answers. With `guessed`
+    /// (`StagingGuesses`), the writes are applied to those todos instead, with no read: the
+    /// procedure's version checks refuse the batch (`.stale`) when a guess was wrong, and a
+    /// batch that would write nothing is `.stale` at once, to be read. `headSeen`, a head this
+    /// daemon saw, stands for the head at reading (where an unanswered commit's entries are
+    /// looked for). `locked`: the
     /// attempt holds the commit advisory lock exclusively from its read to its commit, so no
     /// other batch can commit in between and the check cannot fail; on any failure the
     /// connection is closed, which releases the lock.
@@ -257,6 +276,8 @@ extension PostgresStore {
         origin: String,
         locked: Bool,
         expectHead: Int64? = nil,
+        guessed: [UUID: (rowID: Int64, todo: Todo)]? = nil,
+        headSeen: Int64 = 0,
         progress: TransactionGuard,
         staged: @Sendable (Staged) -> Void,
         on connection: PostgresConnection,
@@ -266,28 +287,33 @@ extension PostgresStore {
         var seen = Set<UUID>()
         for write in writes where seen.insert(write.id).inserted { ids.append(write.id) }
         let batch: Staged
-        do {
-            if locked {
-                try await connection.query(
-                    "SELECT pg_advisory_lock(\(PostgresMigrations.commitLockKey))",
+        if let guessed, !locked, expectHead == nil {
+            batch = stage(writes, ids: ids, stored: guessed, head: headSeen, time: time)
+            guard !batch.entries.isEmpty else { return .stale }
+        } else {
+            do {
+                if locked {
+                    try await connection.query(
+                        "SELECT pg_advisory_lock(\(PostgresMigrations.commitLockKey))",
+                        logger: logger
+                    )
+                }
+                let mids = writes.compactMap(\.mid)
+                let (head, stored, applied) = try await read(
+                    ids.map(\.lowercased),
+                    mids: mids,
+                    on: connection,
                     logger: logger
                 )
+                if let expectHead, head != expectHead {
+                    if locked { await unlock(connection, logger: logger) }
+                    return .stale
+                }
+                batch = stage(writes, ids: ids, stored: stored, applied: applied, head: head, time: time)
+            } catch {
+                if locked { try? await connection.close() }
+                return .failed(error)
             }
-            let mids = writes.compactMap(\.mid)
-            let (head, stored, applied) = try await read(
-                ids.map(\.lowercased),
-                mids: mids,
-                on: connection,
-                logger: logger
-            )
-            if let expectHead, head != expectHead {
-                if locked { await unlock(connection, logger: logger) }
-                return .stale
-            }
-            batch = stage(writes, ids: ids, stored: stored, applied: applied, head: head, time: time)
-        } catch {
-            if locked { try? await connection.close() }
-            return .failed(error)
         }
         if batch.entries.isEmpty {
             if batch.fromJournal.contains(true) {

@@ -42,6 +42,10 @@ public actor PostgresStore: ServedStore {
     var commitsSincePrune = 0
     /// Every todo as of a head, for reads that find the head unmoved (`KnownTodos`).
     var known: KnownTodos?
+    /// What this daemon last wrote of each todo, to stage a batch without reading it first.
+    var guesses: StagingGuesses
+    /// The highest head this daemon's own commits left (a lower bound of the head).
+    var headSeen: Int64 = 0
     /// Batches being executed.
     private var executing = 0
     /// `close` waiting for the batches under way to finish.
@@ -65,6 +69,7 @@ public actor PostgresStore: ServedStore {
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
         self.now = now
+        self.guesses = StagingGuesses(limit: connector.settings.stagingGuesses)
     }
 
     /// Connects (retrying for up to `startupTimeout` while no server of the list is usable),
@@ -499,30 +504,46 @@ public actor PostgresStore: ServedStore {
         try await originEntries(on: connection, after: after, through: through, logger: logger).map(\.entry)
     }
 
-    /// The entries after `after` through `through`, in seq order, each with the batch that
-    /// wrote it (`origin`, see LocalClaims; nil for entries older than schema step 4).
+    /// A journal entry as the follower reads it: with the batch that wrote it (`origin`, see
+    /// LocalClaims; nil for entries older than schema step 4), and whether its payload was
+    /// withheld (`LocalClaims.Withheld`: the entry's `payload` is then empty).
+    typealias FollowedEntry = (entry: JournalEntry, origin: String?, withheld: Bool)
+
+    /// The entries after `after` through `through`, in seq order. With `withholding`, the
+    /// payloads of the entries it names are not read.
     static func originEntries(
         on connection: PostgresConnection,
         after: UInt64,
         through: UInt64,
+        withholding: LocalClaims.Withheld? = nil,
         logger: Logger
-    ) async throws -> [(entry: JournalEntry, origin: String?)] {
-        var entries: [(entry: JournalEntry, origin: String?)] = []
+    ) async throws -> [FollowedEntry] {
+        var entries: [FollowedEntry] = []
+        let withheld = withholding ?? .nothing
         for try await (seq, type, payload, origin, mid) in try await connection.query(
             """
-            SELECT seq, type, payload, origin, mid FROM journal
+            SELECT seq, type,
+              CASE WHEN \(withheld.prefix) <> '' AND starts_with(origin, \(withheld.prefix)) AND NOT origin = ANY(\(withheld.except))
+                THEN NULL ELSE payload END,
+              origin, mid FROM journal
             WHERE seq > \(Int64(after)) AND seq <= \(Int64(through)) ORDER BY seq
             """,
             logger: logger
-        ).decode((Int64, String, ByteBuffer, String?, String?).self) {
-            entries.append(
-                (
-                    JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid),
-                    origin
-                )
-            )
+        ).decode((Int64, String, ByteBuffer?, String?, String?).self) {
+            entries.append(followed(seq: seq, type: type, payload: payload, origin: origin, mid: mid))
         }
         return entries
+    }
+
+    private static func followed(
+        seq: Int64,
+        type: String,
+        payload: ByteBuffer?,
+        origin: String?,
+        mid: String?
+    ) -> FollowedEntry {
+        let bytes = payload.map { Array($0.readableBytesView) } ?? []
+        return (JournalEntry(seq: UInt64(seq), type: type, payload: bytes, mid: mid), origin, payload == nil)
     }
 
     /// In one statement: the head, how far it is durable, and the entries after `after` up to
@@ -532,27 +553,31 @@ public actor PostgresStore: ServedStore {
         on connection: PostgresConnection,
         after: UInt64,
         limit: UInt64,
+        withholding: LocalClaims.Withheld? = nil,
         logger: Logger
-    ) async throws -> (head: Int64, durable: Int64, entries: [(entry: JournalEntry, origin: String?)]) {
+    ) async throws -> (head: Int64, durable: Int64, entries: [FollowedEntry]) {
+        let withheld = withholding ?? .nothing
         let query: PostgresQuery = """
             WITH d AS (\(unescaped: Self.headAndDurable))
             SELECT d.head, d.durable, j.seq, j.type, j.payload, j.origin, j.mid
             FROM d LEFT JOIN LATERAL (
-              SELECT seq, type, payload, origin, mid FROM journal
+              SELECT seq, type,
+                CASE WHEN \(withheld.prefix) <> '' AND starts_with(origin, \(withheld.prefix)) AND NOT origin = ANY(\(withheld.except))
+                  THEN NULL ELSE payload END AS payload,
+                origin, mid FROM journal
               WHERE seq > \(Int64(after)) AND seq <= LEAST(d.head, d.durable) ORDER BY seq LIMIT \(Int64(limit))
             ) j ON true
             ORDER BY j.seq
             """
         var heads: (head: Int64, durable: Int64)?
-        var entries: [(entry: JournalEntry, origin: String?)] = []
+        var entries: [FollowedEntry] = []
         for try await (head, durable, seq, type, payload, origin, mid) in try await connection.query(
             query,
             logger: logger
         ).decode((Int64, Int64, Int64?, String?, ByteBuffer?, String?, String?).self) {
             heads = (head, durable)
-            guard let seq, let type, let payload else { continue }
-            let entry = JournalEntry(seq: UInt64(seq), type: type, payload: Array(payload.readableBytesView), mid: mid)
-            entries.append((entry, origin))
+            guard let seq, let type else { continue }
+            entries.append(followed(seq: seq, type: type, payload: payload, origin: origin, mid: mid))
         }
         guard let heads else { throw StoreError(message: "the database has no stream_state row") }
         return (heads.head, heads.durable, entries)

@@ -27,6 +27,7 @@ struct DaemonOptions: Sendable {
         var catchUpInterval: Duration = .seconds(1)
         var startupTimeout: Duration = .seconds(30)
         var maxPendingWrites = 16_384
+        var stagingGuesses = 16_384
     }
 
     var dataDirectory: String = DaemonOptions.defaultDataDirectory
@@ -399,6 +400,7 @@ final class Daemon: Sendable {
                 settings.poolSize = options.postgres.poolSize
                 settings.acquireTimeout = options.postgres.timeout
                 settings.catchUpInterval = options.postgres.catchUpInterval
+                settings.stagingGuesses = options.postgres.stagingGuesses
                 let store = try await PostgresStore.open(
                     settings: settings,
                     retention: options.retention,

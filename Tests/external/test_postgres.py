@@ -85,6 +85,8 @@ class PostgresServer:
                 f"unix_socket_directories = '{self.root}'\n"
                 f"ssl = on\nssl_cert_file = '{self.cert}'\nssl_key_file = '{self.key}'\n"
                 "max_connections = 200\n"
+                # Statement counts, for the tests that check how many round trips a commit takes.
+                "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = all\n"
             )
         self.start()
 
@@ -940,3 +942,62 @@ def test_known_todos_move_on_from_the_other_daemons_journal_entries_in_list_orde
         seen_a, seen_b = list_todos(ca), list_todos(cb)
         assert seen_a == seen_b, (seen_a, seen_b)
         assert "changed by hand" in [t["title"] for t in seen_a], seen_a
+
+
+def statement_calls(postgres, database, pattern):
+    """How often statements whose text matches the SQL LIKE `pattern` ran in `database`."""
+    out = postgres.psql(
+        "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+        f"WHERE d.datname = '{database}' AND s.query LIKE '{pattern}'", database)
+    return int(out)
+
+
+COMMITS = "CALL todostream_commit_flush%"
+BATCH_READS = "%FROM stream_state s LEFT JOIN todos t%"
+
+
+def test_a_daemon_stages_its_writes_on_what_it_last_wrote_and_a_wrong_guess_costs_only_a_read(
+        daemon_factory, database, postgres):
+    """A batch of writes to todos the daemon wrote before commits in one statement, with no read
+    first: the daemon stages it on the todos as it last wrote them, and the commit procedure
+    checks their versions. When another daemon changed one meanwhile, the guess is wrong: the
+    procedure refuses the batch, and it is read and staged again, so the answers are exactly
+    those of a batch that read first (a toggle flips the todo as the other daemon left it; a save
+    with the version the other daemon wrote succeeds)."""
+    name, flags = database
+    postgres.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", name)
+    a, b = pg_daemons(daemon_factory, flags)
+    with LineClient(a.tcp_port, name="w@A") as wa, LineClient(b.tcp_port, name="w@B") as wb:
+        _, made = create_todo(wa, "guessed")
+        todo = made["payload"]["todo"]
+        first = toggle(wa, todo)
+        assert "error" not in first, first
+        postgres.psql("SELECT pg_stat_statements_reset()", name)
+        answers = [toggle(wa, todo) for _ in range(20)]
+        assert all("error" not in x for x in answers), answers
+        assert [x["payload"]["todo"]["version"] for x in answers] == list(range(todo["version"] + 2, todo["version"] + 22))
+        commits, reads = statement_calls(postgres, name, COMMITS), statement_calls(postgres, name, BATCH_READS)
+        assert (commits, reads) == (20, 0), f"20 toggles took {commits} commits and {reads} reads"
+        last = answers[-1]["payload"]["todo"]
+
+        # B toggles it: A's guess is now one version behind.
+        on_b = toggle(wb, todo)
+        assert "error" not in on_b and on_b["payload"]["todo"]["version"] == last["version"] + 1, on_b
+        postgres.psql("SELECT pg_stat_statements_reset()", name)
+        on_a = toggle(wa, todo)
+        assert "error" not in on_a, on_a
+        assert on_a["payload"]["todo"]["version"] == last["version"] + 2, on_a
+        assert (on_a["payload"]["todo"]["completedAt"] is None) == (last["completedAt"] is None), \
+            "A's toggle flipped the todo as B left it, not as A last wrote it"
+        commits, reads = statement_calls(postgres, name, COMMITS), statement_calls(postgres, name, BATCH_READS)
+        assert (commits, reads) == (2, 1), f"a wrong guess took {commits} commits and {reads} reads (want 2 and 1)"
+
+        # B saves a new title; A saves with the version B's save left: it must not be taken for
+        # a conflict with what A last wrote.
+        detail = wb.request({"type": "RequestTodoDetailViewModel", "payload": {"todo": {"id": todo["id"]}}})["payload"]
+        _, saved_b = save_detail(wb, detail, title="from B")
+        detail_b = wa.request({"type": "RequestTodoDetailViewModel", "payload": {"todo": {"id": todo["id"]}}})["payload"]
+        assert detail_b["todo"]["version"] == saved_b["payload"]["todo"]["version"], (detail_b, saved_b)
+        reply, saved_a = save_detail(wa, detail_b, subtitle="from A")
+        assert saved_a["payload"]["todo"]["title"] == "from B" and saved_a["payload"]["todo"]["subtitle"] == "from A", saved_a
+        assert saved_a["payload"]["todo"]["version"] == saved_b["payload"]["todo"]["version"] + 1, (saved_a, saved_b)
