@@ -82,8 +82,8 @@ extension PostgresStore {
     /// With `expectHead`, the batch commits only at that head (one attempt, no lock): when the
     /// head is another, nothing is written and this returns nil.
     ///
-    /// Records each answered commit's latency, and prunes the journal after every
-    /// `GroupCommitStore.commitsPerPrune` commits.
+    /// Records each answered commit's latency, and starts a prune of the journal after every
+    /// `GroupCommitStore.commitsPerPrune` commits (one at a time; the commit does not wait).
     func commit(
         _ writes: [TodoWrite],
         time: Timestamp,
@@ -160,9 +160,13 @@ extension PostgresStore {
             }
             recordHealth(up: true)
             commitsSincePrune += 1
-            if commitsSincePrune >= GroupCommitStore.commitsPerPrune {
+            if commitsSincePrune >= GroupCommitStore.commitsPerPrune, pruning == nil {
+                // Beside the commits, on a connection of its own: no batch waits for it.
                 commitsSincePrune = 0
-                await prune()
+                pruning = Task {
+                    await prune()
+                    pruning = nil
+                }
             }
             return results
         case .stale, .failed:

@@ -46,6 +46,8 @@ public actor PostgresStore: ServedStore {
     var guesses: StagingGuesses
     /// The highest head this daemon's own commits left (a lower bound of the head).
     var headSeen: Int64 = 0
+    /// The journal's prune under way, if any (`commit`).
+    var pruning: Task<Void, Never>?
     /// Batches being executed.
     private var executing = 0
     /// `close` waiting for the batches under way to finish.
@@ -626,5 +628,6 @@ public actor PostgresStore: ServedStore {
         if executing > 0 {
             await withCheckedContinuation { idleWaiters.append($0) }
         }
+        await pruning?.value
     }
 }
