@@ -23,11 +23,18 @@ final class LocalClaims: Sendable {
 
     /// At most this many abandoned batches are remembered (each is a database outage's worth).
     static let maxAbandoned = 1024
+    /// At most this many committed ranges wait for the follower to pass them (`committed`).
+    static let maxCommittedRanges = 1024
 
     /// This process's part of every origin.
     let instance: String
     private let prefix: String
     private let state = NIOLockedValueBox<(next: UInt64, claims: [String: Claim], abandoned: Int)>((1, [:], 0))
+    /// Seqs this process committed and answered (so durable), oldest first, not yet passed by
+    /// the follower.
+    private let ranges = NIOLockedValueBox<[ClosedRange<UInt64>]>([])
+    /// Called after a batch in flight is finished (the journal follower's wake-up).
+    private let settled = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
     init(instance: String = LocalClaims.randomInstance()) {
         self.instance = instance
@@ -78,6 +85,19 @@ final class LocalClaims: Sendable {
             if case .abandoned = state.claims[origin] { state.abandoned -= 1 }
             state.claims[origin] = nil
         }
+        settled.withLockedValue { $0 }?()
+    }
+
+    /// Whether a batch of this process is being committed: a notification may be its own.
+    var committing: Bool {
+        state.withLockedValue { state in
+            state.claims.values.contains { if case .inFlight = $0 { true } else { false } }
+        }
+    }
+
+    /// `wake` is called each time a batch in flight is finished (nil: nothing is).
+    func whenSettled(_ wake: (@Sendable () -> Void)?) {
+        settled.withLockedValue { $0 = wake }
     }
 
     /// Called by the follower for each entry it reads: true when the entry is this process's
@@ -94,6 +114,37 @@ final class LocalClaims: Sendable {
             case nil:
                 return true
             }
+        }
+    }
+
+    /// A batch of this process committed the seqs `first...last` and is durable: the follower
+    /// may step over them without reading them (`ownThrough`).
+    func committed(first: UInt64, last: UInt64) {
+        guard first <= last else { return }
+        ranges.withLockedValue { ranges in
+            ranges.append(first...last)
+            if ranges.count > Self.maxCommittedRanges { ranges.removeFirst(ranges.count - Self.maxCommittedRanges) }
+        }
+    }
+
+    /// The last seq of the run of this process's committed seqs that starts right after `seq`
+    /// (nil when the next seq is not one), forgetting every range at or before it.
+    func ownThrough(after seq: UInt64) -> UInt64? {
+        ranges.withLockedValue { ranges in
+            var through = seq
+            var passed = 0
+            for range in ranges {
+                if range.upperBound <= through {
+                    passed += 1
+                } else if range.lowerBound == through + 1 {
+                    through = range.upperBound
+                    passed += 1
+                } else {
+                    break
+                }
+            }
+            ranges.removeFirst(passed)
+            return through > seq ? through : nil
         }
     }
 

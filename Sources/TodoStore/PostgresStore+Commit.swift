@@ -144,6 +144,9 @@ extension PostgresStore {
         }
         switch outcome {
         case .done(let results, let applied):
+            if let applied {
+                claims.committed(first: UInt64(max(1, applied.first)), last: UInt64(max(0, applied.newHead)))
+            }
             claims.finish(origin)
             if let applied {
                 headSeen = max(headSeen, applied.newHead)

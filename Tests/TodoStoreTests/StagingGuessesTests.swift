@@ -114,4 +114,26 @@ import TodoApp
         #expect(claims.withheld().except.isEmpty)
         #expect(LocalClaims.Withheld.nothing.prefix.isEmpty, "no prefix: nothing withheld (see originEntries)")
     }
+
+    @Test func theFollowerStepsOverARunOfThisProcesssCommitsOnlyFromItsCursorOn() {
+        let claims = LocalClaims(instance: "aaaa")
+        claims.committed(first: 11, last: 14)
+        claims.committed(first: 15, last: 15)
+        claims.committed(first: 20, last: 22)  // 16...19 are another daemon's
+        #expect(claims.ownThrough(after: 9) == nil, "10 is not this process's: read it")
+        #expect(claims.ownThrough(after: 10) == 15, "11...14 and 15 follow each other")
+        #expect(claims.ownThrough(after: 15) == nil, "16 is another daemon's")
+        #expect(claims.ownThrough(after: 19) == 22)
+        #expect(claims.ownThrough(after: 22) == nil, "every range was passed and forgotten")
+        claims.committed(first: 30, last: 31)
+        #expect(claims.ownThrough(after: 35) == nil, "a range the cursor passed by reading is forgotten")
+        #expect(claims.ownThrough(after: 29) == nil)
+    }
+
+    @Test func committedRangesAreBounded() {
+        let claims = LocalClaims(instance: "aaaa")
+        for seq in 1...UInt64(LocalClaims.maxCommittedRanges + 10) { claims.committed(first: seq, last: seq) }
+        #expect(claims.ownThrough(after: 0) == nil, "the oldest ranges were dropped: the follower reads them")
+        #expect(claims.ownThrough(after: 10) == UInt64(LocalClaims.maxCommittedRanges + 10))
+    }
 }

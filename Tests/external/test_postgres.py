@@ -1001,3 +1001,32 @@ def test_a_daemon_stages_its_writes_on_what_it_last_wrote_and_a_wrong_guess_cost
         reply, saved_a = save_detail(wa, detail_b, subtitle="from A")
         assert saved_a["payload"]["todo"]["title"] == "from B" and saved_a["payload"]["todo"]["subtitle"] == "from A", saved_a
         assert saved_a["payload"]["todo"]["version"] == saved_b["payload"]["todo"]["version"] + 1, (saved_a, saved_b)
+
+
+FOLLOWER_READS = "WITH d AS (SELECT s.head%j.origin%"
+
+
+def test_a_lone_daemons_follower_does_not_read_the_journal_for_its_own_commits(daemon_factory, database, postgres):
+    """The journal follower hands other daemons' entries to the hub and skips this daemon's own.
+    It steps over the seqs this daemon committed without reading them: with one daemon, a burst
+    of writes costs the follower at most its periodic read (once a second), not one read per
+    notification. A second daemon's write is still read and reaches the first daemon's clients."""
+    name, flags = database
+    postgres.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", name)
+    a = daemon_factory(*flags)
+    with LineClient(a.tcp_port, name="w@A") as wa:
+        _, made = create_todo(wa, "mine")
+        todo = made["payload"]["todo"]
+        toggle(wa, todo)
+        postgres.psql("SELECT pg_stat_statements_reset()", name)
+        started = time.monotonic()
+        answers = [toggle(wa, todo) for _ in range(100)]
+        elapsed = time.monotonic() - started
+        assert all("error" not in x for x in answers), answers
+        reads = statement_calls(postgres, name, FOLLOWER_READS)
+        assert reads <= int(elapsed) + 2, f"100 commits of its own took the follower {reads} reads in {elapsed:.1f} s"
+        b = daemon_factory(*flags)
+        with LineClient(b.tcp_port, name="w@B") as wb:
+            on_b = toggle(wb, todo)
+            assert "error" not in on_b, on_b
+            assert wa.expect_seq(on_b["seq"])["payload"]["todo"]["version"] == on_b["payload"]["todo"]["version"]
