@@ -520,14 +520,24 @@ extension PostgresStore {
         binds.append(batch.entries.map { $0.mid ?? "" })
         binds.append(Timestamp.now().millisecondsSince1970)
         binds.append(expectHead)
-        let sql =
-            "CALL todostream_commit_flush(" + (1...binds.count).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
         var head: Int64 = -1
-        for try await value in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
-            .decode(Int64.self)
-        {
+        for try await value in try await connection.execute(CommitCall(bindings: binds), logger: logger) {
             head = value
         }
         return head
+    }
+
+    /// `CALL todostream_commit_flush`, prepared once per connection (postgres-nio keeps it by
+    /// name), so that a commit sends no statement text to parse: only its values.
+    struct CommitCall: PostgresPreparedStatement {
+        static let name = "todostream_commit_flush_7"
+        static let sql = "CALL todostream_commit_flush(" + (1...18).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
+        typealias Row = Int64
+
+        let bindings: PostgresBindings
+
+        func makeBindings() -> PostgresBindings { bindings }
+
+        func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
     }
 }
