@@ -42,14 +42,8 @@ final class JournalFollower: Sendable {
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
     /// The durable head the last catch-up found short of the head; nil when it was not short.
     private let shortOfHead = NIOLockedValueBox<Int64?>(nil)
-    /// The newest head a notification on the current connection carried, and when the journal
-    /// was last read on it (nil: not yet).
-    /// `deferred`: a read was put off to wait for a batch of this process, and no read or step
-    /// over this process's seqs has settled it yet; a second one is not put off, so another
-    /// daemon's entries wait for one commit of this process at most.
-    private let heard = NIOLockedValueBox<(notified: UInt64, deferred: Bool, lastRead: ContinuousClock.Instant?)>(
-        (0, false, nil)
-    )
+    /// When a wake-up reads the journal (`CatchUpStateMachine`).
+    private let pace: NIOLockedValueBox<CatchUpStateMachine>
     init(
         connector: PostgresConnector,
         claims: LocalClaims,
@@ -66,6 +60,7 @@ final class JournalFollower: Sendable {
         self.claims = claims
         self.health = health
         self.cursor = NIOLockedValueBox((0, after))
+        self.pace = NIOLockedValueBox(CatchUpStateMachine(interval: connector.settings.catchUpInterval))
         self.eventLoop = eventLoop
         self.logger = logger
         self.publish = publish
@@ -128,7 +123,7 @@ final class JournalFollower: Sendable {
     /// missed), then again on every wake-up until the connection fails or the task is
     /// cancelled.
     private func follow(on connection: PostgresConnection, generation: Int, poolClient: Int) async throws {
-        heard.withLockedValue { $0 = (0, false, nil) }
+        pace.withLockedValue { $0.connected() }
         try await connection.listen(on: journalChannel) { notifications in
             let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
             claims.whenSettled { wake.yield() }
@@ -137,7 +132,7 @@ final class JournalFollower: Sendable {
                 group.addTask {
                     for try await notification in notifications {
                         if let head = UInt64(notification.payload) {
-                            self.heard.withLockedValue { $0.notified = max($0.notified, head) }
+                            self.pace.withLockedValue { $0.heard(head: head) }
                         }
                         wake.yield()
                     }
@@ -222,10 +217,7 @@ final class JournalFollower: Sendable {
     /// two catch-ups in a row find the durable head short of the head and not moved (a flush
     /// that never came: its connection was cut between the two commits), this one flushes.
     private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
-        // This process's own commits need no read (LocalClaims.committed): step over them, and
-        // read nothing when no notification went further, or when one of this process's
-        // batches is still being committed (the notification is likely its own: its end wakes
-        // the follower again), as long as the journal was read recently.
+        // This process's own commits need no read (LocalClaims.committed): step over them.
         let stepped = cursor.withLockedValue { cursor -> UInt64 in
             if cursor.generation == generation, let through = claims.ownThrough(after: cursor.seq) {
                 cursor.seq = through
@@ -233,23 +225,8 @@ final class JournalFollower: Sendable {
             return cursor.seq
         }
         let now = ContinuousClock.now
-        let skip = heard.withLockedValue { heard -> Bool in
-            guard let lastRead = heard.lastRead, now - lastRead < connector.settings.catchUpInterval else {
-                heard = (heard.notified, false, now)
-                return false
-            }
-            if heard.notified <= stepped {
-                heard.deferred = false
-                return true
-            }
-            if !heard.deferred, claims.committing {
-                heard.deferred = true
-                return true
-            }
-            heard = (heard.notified, false, now)
-            return false
-        }
-        if skip { return }
+        let action = pace.withLockedValue { $0.wake(cursor: stepped, now: now, committing: { claims.committing }) }
+        guard action == .read else { return }
         var from = handled
         let first = try await PostgresStore.durableEntries(
             on: connection,

@@ -98,8 +98,13 @@ extension PostgresStore {
         var outcome = TransactionOutcome.stale
         var attempt = 0
         // First, one try staged on what this daemon last saw of the todos (no read); refused,
-        // the batch is read and staged again.
-        var guessed = expectHead == nil ? guesses.stored(for: writes, time: time, known: known) : nil
+        // the batch is read and staged again. Staged here, before any lease: a batch that
+        // would write nothing is read at once.
+        var guessed: Staged? = nil
+        if expectHead == nil, let stored = guesses.stored(for: writes, time: time, known: known) {
+            let batch = Self.stage(writes, ids: Self.touched(by: writes), stored: stored, head: headSeen, time: time)
+            if !batch.entries.isEmpty { guessed = batch }
+        }
         while case .stale = outcome {
             if expectHead != nil, attempt > 0 {
                 claims.finish(origin)
@@ -113,7 +118,6 @@ extension PostgresStore {
                 attempt += 1
             }
             let locked = attempt > Self.optimisticAttempts
-            let headSeen = self.headSeen
             let progress = TransactionGuard()
             let staged = NIOLockedValueBox<Staged?>(nil)
             do {
@@ -125,7 +129,6 @@ extension PostgresStore {
                         locked: locked,
                         expectHead: expectHead,
                         guessed: guess,
-                        headSeen: headSeen,
                         progress: progress,
                         staged: { batch in staged.withLockedValue { $0 = batch } },
                         on: connection,
@@ -268,12 +271,10 @@ extension PostgresStore {
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
-    /// todostream_commit_flush`, which commits and flushes before it answers. With `guessed`
-    /// (`StagingGuesses`), the writes are applied to those todos instead, with no read: the
-    /// procedure's version checks refuse the batch (`.stale`) when a guess was wrong, and a
-    /// batch that would write nothing is `.stale` at once, to be read. `headSeen`, a head this
-    /// daemon saw, stands for the head at reading (where an unanswered commit's entries are
-    /// looked for). `locked`: the
+    /// todostream_commit_flush`, which commits and flushes before it answers. With `guessed`, the
+    /// batch as staged on `StagingGuesses` (with a head this daemon saw standing for the head at
+    /// reading), there is no read: the procedure's version checks refuse it (`.stale`) when a
+    /// guess was wrong. `locked`: the
     /// attempt holds the commit advisory lock exclusively from its read to its commit, so no
     /// other batch can commit in between and the check cannot fail; on any failure the
     /// connection is closed, which releases the lock.
@@ -283,20 +284,15 @@ extension PostgresStore {
         origin: String,
         locked: Bool,
         expectHead: Int64? = nil,
-        guessed: [UUID: (rowID: Int64, todo: Todo)]? = nil,
-        headSeen: Int64 = 0,
+        guessed: Staged? = nil,
         progress: TransactionGuard,
         staged: @Sendable (Staged) -> Void,
         on connection: PostgresConnection,
         logger: Logger
     ) async -> TransactionOutcome {
-        var ids: [UUID] = []
-        var seen = Set<UUID>()
-        for write in writes where seen.insert(write.id).inserted { ids.append(write.id) }
         let batch: Staged
-        if let guessed, !locked, expectHead == nil {
-            batch = stage(writes, ids: ids, stored: guessed, head: headSeen, time: time)
-            guard !batch.entries.isEmpty else { return .stale }
+        if let guessed {
+            batch = guessed
         } else {
             do {
                 if locked {
@@ -305,10 +301,10 @@ extension PostgresStore {
                         logger: logger
                     )
                 }
-                let mids = writes.compactMap(\.mid)
+                let ids = touched(by: writes)
                 let (head, stored, applied) = try await read(
                     ids.map(\.lowercased),
-                    mids: mids,
+                    mids: writes.compactMap(\.mid),
                     on: connection,
                     logger: logger
                 )
@@ -354,6 +350,12 @@ extension PostgresStore {
             batch.results(first: UInt64(first)),
             Applied(first: first, newHead: newHead, rows: batch.rows)
         )
+    }
+
+    /// The todos `writes` touch, each once, in the order of their first write.
+    static func touched(by writes: [TodoWrite]) -> [UUID] {
+        var seen = Set<UUID>()
+        return writes.map(\.id).filter { seen.insert($0).inserted }
     }
 
     /// Releases the commit advisory lock, or closes the connection (which releases it too).

@@ -1,0 +1,84 @@
+/// When the journal follower reads the journal, and when it can do without, as values:
+/// `JournalFollower` tells it what it heard and asks it on each wake-up. It does no I/O and
+/// keeps no clock (the caller passes the time).
+///
+/// A wake-up (a notification, a batch of this process finishing, the periodic timer) reads the
+/// journal unless:
+/// - the cursor, moved over this process's own committed seqs (`LocalClaims.committed`), has
+///   reached the newest head a notification carried: nothing else was committed;
+/// - or a batch of this process is being committed: a notification arrives a moment before its
+///   commit's answer, so it is likely that batch's own. The read is put off once; that batch's
+///   end wakes the follower again, and a second wake-up in that state reads, so another
+///   daemon's entries wait for at most one commit of this one.
+///
+/// Either way the journal is read at least every `interval` (a notification may be lost), and
+/// always first on a new connection.
+struct CatchUpStateMachine: Sendable {
+    enum Action: Hashable, Sendable {
+        case read
+        case skip
+    }
+
+    private enum State: Sendable {
+        /// Nothing read on this connection yet.
+        case unread
+        /// Last read at `lastRead`.
+        case reading(lastRead: ContinuousClock.Instant)
+        /// Last read at `lastRead`, and a read has been put off for a batch of this process.
+        case deferred(lastRead: ContinuousClock.Instant)
+    }
+
+    let interval: Duration
+    private var state = State.unread
+    /// The newest head a notification on this connection carried.
+    private var notified: UInt64 = 0
+
+    init(interval: Duration) {
+        self.interval = interval
+    }
+
+    /// A new connection: read first, forget what was heard on the old one.
+    mutating func connected() {
+        state = .unread
+        notified = 0
+    }
+
+    /// A notification carried `head`.
+    mutating func heard(head: UInt64) {
+        notified = max(notified, head)
+    }
+
+    /// A wake-up with the cursor at `cursor` (after stepping over this process's own seqs).
+    /// `committing` is asked only when it matters.
+    mutating func wake(
+        cursor: UInt64,
+        now: ContinuousClock.Instant,
+        committing: () -> Bool
+    ) -> Action {
+        let lastRead: ContinuousClock.Instant
+        let deferred: Bool
+        switch state {
+        case .unread:
+            state = .reading(lastRead: now)
+            return .read
+        case .reading(let last):
+            (lastRead, deferred) = (last, false)
+        case .deferred(let last):
+            (lastRead, deferred) = (last, true)
+        }
+        guard now - lastRead < interval else {
+            state = .reading(lastRead: now)
+            return .read
+        }
+        if notified <= cursor {
+            state = .reading(lastRead: lastRead)
+            return .skip
+        }
+        if !deferred, committing() {
+            state = .deferred(lastRead: lastRead)
+            return .skip
+        }
+        state = .reading(lastRead: now)
+        return .read
+    }
+}

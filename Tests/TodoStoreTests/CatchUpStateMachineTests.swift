@@ -1,0 +1,67 @@
+import Testing
+
+@testable import TodoStore
+
+/// When the journal follower reads the journal (`CatchUpStateMachine`), with a manual clock.
+@Suite struct CatchUpStateMachineTests {
+    let start = ContinuousClock.now
+    let interval = Duration.seconds(1)
+
+    func at(_ milliseconds: Int) -> ContinuousClock.Instant { start + .milliseconds(milliseconds) }
+
+    @Test func aNewConnectionReadsFirstAndThenOnlyWhatWentFurtherThanTheCursor() {
+        var pace = CatchUpStateMachine(interval: interval)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        pace.heard(head: 10)
+        #expect(pace.wake(cursor: 10, now: at(5), committing: { false }) == .skip, "its own commits reached 10")
+        pace.heard(head: 12)
+        #expect(pace.wake(cursor: 10, now: at(6), committing: { false }) == .read, "11 and 12 are someone else's")
+        pace.connected()
+        #expect(pace.wake(cursor: 12, now: at(7), committing: { false }) == .read, "a new connection reads first")
+    }
+
+    @Test func theJournalIsReadAtLeastOnceAnInterval() {
+        var pace = CatchUpStateMachine(interval: interval)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(999), committing: { false }) == .skip)
+        #expect(pace.wake(cursor: 0, now: at(1000), committing: { false }) == .read, "a notification may be lost")
+        #expect(pace.wake(cursor: 0, now: at(1500), committing: { false }) == .skip, "counted from the last read")
+    }
+
+    @Test func aReadIsPutOffOnceForABatchOfThisProcessBeingCommitted() {
+        var pace = CatchUpStateMachine(interval: interval)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { true }) == .read)
+        pace.heard(head: 5)
+        #expect(pace.wake(cursor: 0, now: at(1), committing: { true }) == .skip, "likely that batch's own")
+        #expect(pace.wake(cursor: 0, now: at(2), committing: { true }) == .read, "only once: another daemon's waits")
+        pace.heard(head: 9)
+        #expect(pace.wake(cursor: 5, now: at(3), committing: { true }) == .skip, "a read settles the deferral")
+        // That batch took 6...9: the cursor stepped over it, which settles the deferral too.
+        #expect(pace.wake(cursor: 9, now: at(4), committing: { false }) == .skip)
+        pace.heard(head: 12)
+        #expect(pace.wake(cursor: 9, now: at(5), committing: { true }) == .skip)
+    }
+
+    @Test func committingIsAskedOnlyWhenItDecides() {
+        var pace = CatchUpStateMachine(interval: interval)
+        var asked = 0
+        _ = pace.wake(
+            cursor: 0,
+            now: at(0),
+            committing: {
+                asked += 1
+                return true
+            }
+        )
+        pace.heard(head: 3)
+        _ = pace.wake(
+            cursor: 3,
+            now: at(1),
+            committing: {
+                asked += 1
+                return true
+            }
+        )
+        #expect(asked == 0, "a first read and a head the cursor reached need not ask")
+    }
+}
