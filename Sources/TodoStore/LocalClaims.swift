@@ -34,7 +34,17 @@ final class LocalClaims: Sendable {
     /// the follower.
     private let ranges = NIOLockedValueBox<[ClosedRange<UInt64>]>([])
     /// Called after a batch in flight is finished (the journal follower's wake-up).
-    private let settled = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+    ///
+    /// The closure is held in a class, never as the box's value itself: a generic container
+    /// whose value is a function type re-wraps the function in a reabstraction thunk on every
+    /// `inout` access, so each `finish` would add two thunks to the chain the next call walks
+    /// (a cost that grows with every commit, and a stack overflow after enough of them).
+    private let settled = NIOLockedValueBox<Hook?>(nil)
+
+    private final class Hook: Sendable {
+        let call: @Sendable () -> Void
+        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+    }
 
     init(instance: String = LocalClaims.randomInstance()) {
         self.instance = instance
@@ -85,7 +95,7 @@ final class LocalClaims: Sendable {
             if case .abandoned = state.claims[origin] { state.abandoned -= 1 }
             state.claims[origin] = nil
         }
-        settled.withLockedValue { $0 }?()
+        settled.withLockedValue { $0 }?.call()
     }
 
     /// Whether a batch of this process is being committed: a notification may be its own.
@@ -97,7 +107,8 @@ final class LocalClaims: Sendable {
 
     /// `wake` is called each time a batch in flight is finished (nil: nothing is).
     func whenSettled(_ wake: (@Sendable () -> Void)?) {
-        settled.withLockedValue { $0 = wake }
+        let hook = wake.map(Hook.init)
+        settled.withLockedValue { $0 = hook }
     }
 
     /// Called by the follower for each entry it reads: true when the entry is this process's

@@ -45,11 +45,22 @@ final class RunState: Sendable {
 /// Where the publisher's wake-up goes: set once the publisher exists, before publishing
 /// starts.
 final class PublisherWaker: Sendable {
-    private let action = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Held in a class, not as the mutex's value: a function-typed value is re-wrapped in a
+    /// reabstraction thunk on every `inout` access, so each `wake` would lengthen the chain the
+    /// next one walks.
+    private final class Action: Sendable {
+        let call: @Sendable () -> Void
+        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+    }
 
-    func set(_ wake: @escaping @Sendable () -> Void) { action.withLock { $0 = wake } }
+    private let action = Mutex<Action?>(nil)
 
-    func wake() { action.withLock { $0 }?() }
+    func set(_ wake: @escaping @Sendable () -> Void) {
+        let wrapped = Action(wake)
+        action.withLock { $0 = wrapped }
+    }
+
+    func wake() { action.withLock { $0 }?.call() }
 }
 
 /// Send time of each fan-out publish to todostreamd, indexed by request id (= seq - seqBase).

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
 import TodoApp
 
@@ -135,5 +136,28 @@ import TodoApp
         for seq in 1...UInt64(LocalClaims.maxCommittedRanges + 10) { claims.committed(first: seq, last: seq) }
         #expect(claims.ownThrough(after: 0) == nil, "the oldest ranges were dropped: the follower reads them")
         #expect(claims.ownThrough(after: 10) == UInt64(LocalClaims.maxCommittedRanges + 10))
+    }
+
+    /// The follower's wake-up is called at the end of every commit. Held as a bare closure in a
+    /// generic box it gained two reabstraction thunks per call, so the chain the next call
+    /// walked grew with every commit until the stack overflowed. On a thread with a small
+    /// stack, that overflow comes within a few thousand commits; here 20,000 must pass.
+    @Test func theFollowersWakeUpDoesNotGrowWithEveryCommit() async {
+        let claims = LocalClaims(instance: "aaaa")
+        let calls = NIOLockedValueBox(0)
+        claims.whenSettled { calls.withLockedValue { $0 += 1 } }
+        let rounds = 20_000
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let thread = Thread {
+                for _ in 0..<rounds { claims.finish(claims.begin()) }
+                done.resume()
+            }
+            thread.stackSize = 256 * 1024
+            thread.start()
+        }
+        #expect(calls.withLockedValue { $0 } == rounds)
+        claims.whenSettled(nil)
+        claims.finish(claims.begin())
+        #expect(calls.withLockedValue { $0 } == rounds, "no wake-up once it is taken away")
     }
 }
