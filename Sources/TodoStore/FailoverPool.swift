@@ -27,10 +27,10 @@ final class FailoverPool: Sendable {
         var client: PostgresClient
         /// Ends the run of each running client, by generation.
         var stops: [Int: AsyncStream<Void>.Continuation] = [:]
-        /// The leases of each generation under way, each as the function that abandons it: called
-        /// when the generation is retired (a query to a lost server does not always fail by
-        /// itself, even once its connection is closed).
-        var leased: [Int: [Int: @Sendable () -> Void]] = [:]
+        /// The leases of each generation under way: given up when the generation is retired (a
+        /// query to a lost server does not always fail by itself, even once its connection is
+        /// closed) or when their time runs out (`sweepLeases`).
+        var leased: [Int: [Int: any WatchedLease]] = [:]
         /// Leases started so far (keys of `leased`).
         var leases = 0
         /// Selections made so far (connection ids for their probes).
@@ -97,13 +97,9 @@ final class FailoverPool: Sendable {
         var retried = false
         while true {
             let (generation, client) = shared.withLockedValue { ($0.generation, $0.client) }
-            let entered = NIOLockedValueBox(false)
+            let run = LeaseRun<Result>()
             do {
-                let result = try await client.withLease(timeout: timeout) { connection in
-                    try await self.abandonable(generation: generation, connection: connection, entered: entered) {
-                        try await body(connection)
-                    }
-                }
+                let result = try await lease(on: client, generation: generation, timeout: timeout, run: run, body)
                 shared.withLockedValue { _ = $0.machine.leaseSucceeded(generation: generation) }
                 return result
             } catch {
@@ -112,76 +108,59 @@ final class FailoverPool: Sendable {
                     report(error, generation: generation)
                     throw error
                 }
-                guard !retried, !entered.withLockedValue({ $0 }), !Task.isCancelled else { throw ServerChanged() }
+                guard !retried, !run.entered, !Task.isCancelled else { throw ServerChanged() }
                 retried = true
             }
         }
     }
 
-    private enum LeaseRun<Result: Sendable> {
-        case starting
-        case running(CheckedContinuation<Result, any Error>)
-        case over
-    }
-
-    /// Runs `body` for a lease of `generation` so that retiring the generation abandons it at
-    /// once: the lease then fails with `ServerChanged` and its connection is closed, and `body` is
-    /// left to finish or fail on its own, as a lease that overruns its timeout is (a COMMIT it
-    /// had sent is then resolved as in doubt by its caller). Throws `ServerChanged` without
-    /// running `body` when the generation is retired already; sets `entered` when `body` runs.
-    private func abandonable<Result: Sendable>(
+    /// One lease on `client` (`LeaseRace`): waits at most `timeout` for a connection, then gives
+    /// `body` at most `timeout` too. The first of `body`'s end, a timeout (`DatabaseUnavailable`)
+    /// and the retirement of `generation` (`ServerChanged`) answers. Given up while `body`
+    /// runs, the connection is closed (the server then rolls back whatever it had not
+    /// committed; a connection that dies under a query does not always fail that query) and
+    /// `body` is left to finish or fail on its own; callers that commit use a
+    /// `TransactionGuard` to learn whether COMMIT had been sent by then.
+    ///
+    /// One task per lease, and no timer: the pool's watchdog (`sweepLeases`) gives up on the
+    /// leases whose time ran out, so a commit pays for no other task, sleep, timer or hop.
+    private func lease<Result: Sendable>(
+        on client: PostgresClient,
         generation: Int,
-        connection: PostgresConnection,
-        entered: NIOLockedValueBox<Bool>,
-        _ body: @escaping @Sendable () async throws -> Result
+        timeout: Duration,
+        run: LeaseRun<Result>,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
     ) async throws -> Result {
-        let run = NIOLockedValueBox(LeaseRun<Result>.starting)
-        let abandon: @Sendable () -> Void = {
-            let waiting = run.withLockedValue { run -> CheckedContinuation<Result, any Error>?? in
-                defer { run = .over }
-                switch run {
-                case .starting: return .some(nil)
-                case .running(let continuation): return .some(continuation)
-                case .over: return nil
-                }
-            }
-            guard let waiting else { return }
-            waiting?.resume(throwing: ServerChanged())
-            Self.closeNow(connection)
-        }
-        let lease = shared.withLockedValue { shared -> Int? in
+        let id = shared.withLockedValue { shared -> Int? in
             guard shared.generation == generation else { return nil }
             shared.leases += 1
-            shared.leased[generation, default: [:]][shared.leases] = abandon
+            shared.leased[generation, default: [:]][shared.leases] = run
             return shared.leases
         }
-        guard let lease else { throw ServerChanged() }
-        defer { shared.withLockedValue { _ = $0.leased[generation]?.removeValue(forKey: lease) } }
-        entered.withLockedValue { $0 = true }
-        return try await withCheckedThrowingContinuation { continuation in
-            let abandoned = run.withLockedValue { run -> Bool in
-                guard case .starting = run else { return true }
-                run = .running(continuation)
-                return false
+        guard let id else { throw ServerChanged() }
+        defer { shared.withLockedValue { _ = $0.leased[generation]?.removeValue(forKey: id) } }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                run.start(answer: continuation, timeout: timeout)
+                run.started(
+                    Task {
+                        let result: Swift.Result<Result, any Error>
+                        do {
+                            result = .success(
+                                try await client.withConnection { connection in
+                                    guard run.connected(connection) else { throw DatabaseUnavailable() }
+                                    return try await body(connection)
+                                }
+                            )
+                        } catch {
+                            result = .failure(error)
+                        }
+                        run.finish(result)
+                    }
+                )
             }
-            guard !abandoned else {
-                continuation.resume(throwing: ServerChanged())
-                return
-            }
-            Task {
-                let result: Swift.Result<Result, any Error>
-                do {
-                    result = .success(try await body())
-                } catch {
-                    result = .failure(error)
-                }
-                let waiting = run.withLockedValue { run -> CheckedContinuation<Result, any Error>? in
-                    defer { run = .over }
-                    guard case .running(let continuation) = run else { return nil }
-                    return continuation
-                }
-                waiting?.resume(with: result)
-            }
+        } onCancel: {
+            run.cancelled()
         }
     }
 
@@ -238,6 +217,7 @@ final class FailoverPool: Sendable {
         let (client, stopped) = first
         await withDiscardingTaskGroup { group in
             Self.run(client, until: stopped, in: &group)
+            group.addTask { await self.watchLeases() }
             for await delay in wakeups {
                 await select(after: delay, in: &group)
             }
@@ -250,8 +230,34 @@ final class FailoverPool: Sendable {
         }
     }
 
+    /// How often the watchdog looks for leases past their time, so how late a lease's timeout
+    /// may fire: a twentieth of the timeout, between 10 and 250 ms.
+    var sweepInterval: Duration {
+        min(max(connector.settings.acquireTimeout / 20, .milliseconds(10)), .milliseconds(250))
+    }
+
+    /// Gives up on the leases past their time, every `sweepInterval`, until the task is
+    /// cancelled. One sleeping task for the whole pool instead of a timer per lease.
+    private func watchLeases() async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: sweepInterval)
+            } catch {
+                return
+            }
+            sweepLeases(now: .now)
+        }
+    }
+
+    /// Gives up on every lease whose current wait ran past its time at `now`: each fails with
+    /// `DatabaseUnavailable`.
+    func sweepLeases(now: ContinuousClock.Instant) {
+        let leases = shared.withLockedValue { shared in shared.leased.values.flatMap(\.values) }
+        for lease in leases { lease.giveUpIfOverdue(at: now) }
+    }
+
     /// Closes the connection's channel without waiting (the pool's synchronous `close()`).
-    private static func closeNow(_ connection: PostgresConnection) {
+    fileprivate static func closeNow(_ connection: PostgresConnection) {
         let close: () -> Void = connection.close
         close()
     }
@@ -336,7 +342,7 @@ final class FailoverPool: Sendable {
                 }
                 // Whatever still runs on the old server fails now rather than at its timeout
                 // (a COMMIT under way is resolved as in doubt).
-                for abandon in leased?.values ?? [:].values { abandon() }
+                for lease in leased?.values ?? [:].values { lease.giveUp(ServerChanged()) }
                 stop?.finish()
                 logger.notice(
                     "switched to another PostgreSQL server",
@@ -359,6 +365,109 @@ final class FailoverPool: Sendable {
             case .none, .run, .shutDown:
                 return
             }
+        }
+    }
+}
+
+/// A lease under way, as the pool's watchdog and a retirement see it.
+protocol WatchedLease: AnyObject, Sendable {
+    /// Answers the caller with `error` unless it was answered already (and closes the
+    /// connection under a body that had started).
+    func giveUp(_ error: any Error)
+    /// `giveUp(DatabaseUnavailable())` if the current wait (for a connection, or of the body)
+    /// ran past its time at `now`.
+    func giveUpIfOverdue(at now: ContinuousClock.Instant)
+}
+
+/// Executes one lease's `LeaseRace`: holds the caller's continuation, the connection, the
+/// deadline of the current wait and the task that leases and runs the body, and does what the
+/// race's answers ask.
+private final class LeaseRun<Result: Sendable>: WatchedLease {
+    private typealias Race = LeaseRace<CheckedContinuation<Result, any Error>>
+
+    private struct Parts: Sendable {
+        var race: Race?
+        var connection: PostgresConnection?
+        var timeout: Duration = .zero
+        var deadline: ContinuousClock.Instant?
+        var task: Task<Void, Never>?
+    }
+
+    private let parts = NIOLockedValueBox(Parts())
+
+    /// Whether the body had started.
+    var entered: Bool { parts.withLockedValue { $0.race?.entered ?? false } }
+
+    /// The caller waits on `answer`, for a connection at most `timeout`, then for the body at
+    /// most `timeout` again.
+    func start(answer: CheckedContinuation<Result, any Error>, timeout: Duration) {
+        let now = ContinuousClock.now
+        parts.withLockedValue { parts in
+            parts.race = Race(answer: answer)
+            parts.timeout = timeout
+            parts.deadline = now + timeout
+        }
+    }
+
+    /// The task that leases and runs the body; cancelled at once when the lease was given up
+    /// before it got a connection.
+    func started(_ task: Task<Void, Never>) {
+        let stop = parts.withLockedValue { parts -> Bool in
+            parts.task = task
+            guard let race = parts.race else { return false }
+            return race.answered && !race.entered
+        }
+        if stop { task.cancel() }
+    }
+
+    /// A connection was leased; false when the lease was given up already (the body must not
+    /// run).
+    func connected(_ connection: PostgresConnection) -> Bool {
+        let now = ContinuousClock.now
+        return parts.withLockedValue { parts -> Bool in
+            guard case .run = parts.race?.connected() ?? .refuse else { return false }
+            parts.connection = connection
+            parts.deadline = now + parts.timeout
+            return true
+        }
+    }
+
+    /// The body finished, or waiting for a connection failed.
+    func finish(_ result: Swift.Result<Result, any Error>) {
+        parts.withLockedValue { $0.race?.finished() }?.resume(with: result)
+    }
+
+    func giveUpIfOverdue(at now: ContinuousClock.Instant) {
+        execute(DatabaseUnavailable()) { parts in
+            guard let deadline = parts.deadline, now >= deadline else { return .none }
+            return parts.race?.giveUp() ?? .none
+        }
+    }
+
+    func giveUp(_ error: any Error) {
+        execute(error) { $0.race?.giveUp() ?? .none }
+    }
+
+    /// The caller's task was cancelled (`LeaseRace.cancelled`).
+    func cancelled() {
+        execute(CancellationError()) { $0.race?.cancelled() ?? .none }
+    }
+
+    /// Asks the race in one look (a lease that got its connection meanwhile has a new
+    /// deadline), then does what it answers, answering the caller with `error`.
+    private func execute(_ error: any Error, _ decide: (inout Parts) -> Race.GiveUp) {
+        let (action, connection, task) = parts.withLockedValue { parts in
+            (decide(&parts), parts.connection, parts.task)
+        }
+        switch action {
+        case .none:
+            return
+        case .answerAndStopWaiting(let answer):
+            answer.resume(throwing: error)
+            task?.cancel()
+        case .answerAndClose(let answer):
+            answer.resume(throwing: error)
+            if let connection { FailoverPool.closeNow(connection) }
         }
     }
 }

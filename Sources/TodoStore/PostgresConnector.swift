@@ -148,58 +148,6 @@ extension Duration {
 }
 
 extension PostgresClient {
-    private enum LeaseState {
-        case waiting
-        case leased
-        case timedOut
-    }
-
-    /// Runs `body` on a pooled connection, waiting at most `timeout` for one, then giving
-    /// `body` at most `timeout` too.
-    ///
-    /// A connection that dies under a query does not always fail that query, so a `body` that
-    /// overruns is abandoned: its connection is closed (the server then rolls back whatever it
-    /// had not committed) and this throws `DatabaseUnavailable`. Callers that commit use a
-    /// `TransactionGuard` to learn whether COMMIT had been sent by then.
-    func withLease<Result: Sendable>(
-        timeout: Duration,
-        _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
-    ) async throws -> Result {
-        let state = NIOLockedValueBox(LeaseState.waiting)
-        return try await withThrowingTaskGroup(of: Result?.self) { group in
-            group.addTask {
-                try await self.withConnection { connection in
-                    let proceed = state.withLockedValue { state -> Bool in
-                        guard state == .waiting else { return false }
-                        state = .leased
-                        return true
-                    }
-                    guard proceed else { throw DatabaseUnavailable() }
-                    return try await Self.run(within: timeout, onTimeout: { connection.close() }) {
-                        try await body(connection)
-                    }
-                }
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                let expired = state.withLockedValue { state -> Bool in
-                    guard state == .waiting else { return false }
-                    state = .timedOut
-                    return true
-                }
-                if expired { throw DatabaseUnavailable() }
-                return nil
-            }
-            while let next = try await group.next() {
-                if let value = next {
-                    group.cancelAll()
-                    return value
-                }
-            }
-            throw DatabaseUnavailable()
-        }
-    }
-
     /// Runs `body` in a task of its own and answers with its result, or with
     /// `DatabaseUnavailable` (after calling `onTimeout`) when it takes longer than `timeout`;
     /// `body` is then left to finish or fail on its own.
