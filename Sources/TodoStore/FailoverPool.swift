@@ -142,6 +142,8 @@ final class FailoverPool: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 run.start(answer: continuation, timeout: timeout)
+                // Cancelled before the handler was installed: stop waiting, as it would have.
+                if Task.isCancelled { run.cancelled() }
                 run.started(
                     Task {
                         let result: Swift.Result<Result, any Error>
