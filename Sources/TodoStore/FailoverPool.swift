@@ -39,6 +39,8 @@ final class FailoverPool: Sendable {
 
     private let connector: PostgresConnector
     private let eventLoopGroup: any EventLoopGroup
+    /// Where the leases' tasks run (nil: the global pool).
+    private let taskExecutor: (any TaskExecutor)?
     private let logger: Logger
     private let shared: NIOLockedValueBox<Shared>
     /// Selections to start, with the delay before each.
@@ -46,9 +48,16 @@ final class FailoverPool: Sendable {
     private let wake: AsyncStream<Duration>.Continuation
 
     /// A pool whose first client is for the server at `server` (the one the store opened on).
-    init(connector: PostgresConnector, server: Int, eventLoopGroup: any EventLoopGroup, logger: Logger) {
+    init(
+        connector: PostgresConnector,
+        server: Int,
+        eventLoopGroup: any EventLoopGroup,
+        taskExecutor: (any TaskExecutor)? = nil,
+        logger: Logger
+    ) {
         self.connector = connector
         self.eventLoopGroup = eventLoopGroup
+        self.taskExecutor = taskExecutor
         self.logger = logger
         let machine = FailoverStateMachine(server: server)
         let client = Self.makeClient(
@@ -145,7 +154,7 @@ final class FailoverPool: Sendable {
                 // Cancelled before the handler was installed: stop waiting, as it would have.
                 if Task.isCancelled { run.cancelled() }
                 run.started(
-                    Task {
+                    Task(executorPreference: taskExecutor) {
                         let result: Swift.Result<Result, any Error>
                         do {
                             result = .success(

@@ -87,6 +87,7 @@ public actor PostgresStore: ServedStore {
         retention: JournalRetention = JournalRetention(),
         startupTimeout: Duration = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        taskExecutor: (any TaskExecutor)? = nil,
         logger: Logger = Logger(label: "todostream.store"),
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async throws -> PostgresStore {
@@ -125,6 +126,7 @@ public actor PostgresStore: ServedStore {
             connector: connector,
             server: opened.server,
             eventLoopGroup: eventLoopGroup,
+            taskExecutor: taskExecutor,
             logger: logger
         )
         return PostgresStore(

@@ -406,6 +406,7 @@ final class Daemon: Sendable {
                     retention: options.retention,
                     startupTimeout: options.postgres.startupTimeout,
                     eventLoopGroup: group,
+                    taskExecutor: thread.tasks,
                     logger: logger
                 )
                 return store
