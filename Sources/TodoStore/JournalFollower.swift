@@ -169,8 +169,12 @@ final class JournalFollower: Sendable {
     /// the query, so one that overruns is closed and the follower reconnects. Throws
     /// `ServerChanged` instead when the pool has moved to another server since this connection
     /// was made (`poolClient` was its client's generation then).
+    ///
+    /// Whether to read at all is decided first (`shouldRead`), so a wake-up that reads nothing
+    /// (this daemon's own commit, stepped over) costs no task and no timer.
     private func catchUpWithin(on connection: PostgresConnection, generation: Int, poolClient: Int) async throws {
         guard self.poolClient() == poolClient else { throw ServerChanged() }
+        guard shouldRead(generation: generation) else { return }
         try await PostgresClient.run(
             within: connector.settings.acquireTimeout,
             onTimeout: { connection.close() },
@@ -209,6 +213,20 @@ final class JournalFollower: Sendable {
         return skipTo
     }
 
+    /// Steps the cursor over this process's own commits, which need no read
+    /// (`LocalClaims.committed`), and asks `CatchUpStateMachine` whether the journal is to be
+    /// read now.
+    private func shouldRead(generation: Int) -> Bool {
+        let stepped = cursor.withLockedValue { cursor -> UInt64 in
+            if cursor.generation == generation, let through = claims.ownThrough(after: cursor.seq) {
+                cursor.seq = through
+            }
+            return cursor.seq
+        }
+        let now = ContinuousClock.now
+        return pace.withLockedValue { $0.wake(cursor: stepped, now: now, committing: { claims.committing }) } == .read
+    }
+
     /// Reads everything after the cursor up to the durable head (PostgresStore+Durability),
     /// page by page, and publishes what other daemons wrote. The first page comes in the same
     /// statement as the heads, so the usual catch-up is one round trip.
@@ -217,16 +235,6 @@ final class JournalFollower: Sendable {
     /// two catch-ups in a row find the durable head short of the head and not moved (a flush
     /// that never came: its connection was cut between the two commits), this one flushes.
     private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
-        // This process's own commits need no read (LocalClaims.committed): step over them.
-        let stepped = cursor.withLockedValue { cursor -> UInt64 in
-            if cursor.generation == generation, let through = claims.ownThrough(after: cursor.seq) {
-                cursor.seq = through
-            }
-            return cursor.seq
-        }
-        let now = ContinuousClock.now
-        let action = pace.withLockedValue { $0.wake(cursor: stepped, now: now, committing: { claims.committing }) }
-        guard action == .read else { return }
         var from = handled
         let first = try await PostgresStore.durableEntries(
             on: connection,
