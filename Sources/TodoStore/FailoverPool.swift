@@ -43,6 +43,9 @@ final class FailoverPool: Sendable {
     private let taskExecutor: (any TaskExecutor)?
     private let logger: Logger
     private let shared: NIOLockedValueBox<Shared>
+    /// The connection of the pool's own that serves one lease at a time outside postgres-nio's
+    /// pool (`OwnConnectionStateMachine`).
+    private let own = NIOLockedValueBox(OwnConnectionStateMachine<PostgresConnection>())
     /// Selections to start, with the delay before each.
     private let wakeups: AsyncStream<Duration>
     private let wake: AsyncStream<Duration>.Continuation
@@ -105,10 +108,19 @@ final class FailoverPool: Sendable {
     ) async throws -> Result {
         var retried = false
         while true {
-            let (generation, client) = shared.withLockedValue { ($0.generation, $0.client) }
+            let (generation, client, server) = shared.withLockedValue {
+                ($0.generation, $0.client, $0.machine.current?.server)
+            }
             let run = LeaseRun<Result>()
             do {
-                let result = try await lease(on: client, generation: generation, timeout: timeout, run: run, body)
+                let result = try await lease(
+                    on: client,
+                    generation: generation,
+                    server: server,
+                    timeout: timeout,
+                    run: run,
+                    body
+                )
                 shared.withLockedValue { _ = $0.machine.leaseSucceeded(generation: generation) }
                 return result
             } catch {
@@ -133,9 +145,13 @@ final class FailoverPool: Sendable {
     ///
     /// One task per lease, and no timer: the pool's watchdog (`sweepLeases`) gives up on the
     /// leases whose time ran out, so a commit pays for no other task, sleep, timer or hop.
+    ///
+    /// The lease runs on the pool's own connection when it is idle (`OwnConnectionStateMachine`),
+    /// on a connection of postgres-nio's pool otherwise.
     private func lease<Result: Sendable>(
         on client: PostgresClient,
         generation: Int,
+        server: Int?,
         timeout: Duration,
         run: LeaseRun<Result>,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
@@ -148,6 +164,8 @@ final class FailoverPool: Sendable {
         }
         guard let id else { throw ServerChanged() }
         defer { shared.withLockedValue { _ = $0.leased[generation]?.removeValue(forKey: id) } }
+        let ownConnection = takeOwnConnection(generation: generation, server: server)
+        let own = self.own
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 run.start(answer: continuation, timeout: timeout)
@@ -157,12 +175,16 @@ final class FailoverPool: Sendable {
                     Task(executorPreference: taskExecutor) {
                         let result: Swift.Result<Result, any Error>
                         do {
-                            result = .success(
-                                try await client.withConnection { connection in
-                                    guard run.connected(connection) else { throw DatabaseUnavailable() }
-                                    return try await body(connection)
-                                }
-                            )
+                            if let ownConnection {
+                                result = .success(try await Self.runOwn(ownConnection, own: own, run: run, body))
+                            } else {
+                                result = .success(
+                                    try await client.withConnection { connection in
+                                        guard run.connected(connection) else { throw DatabaseUnavailable() }
+                                        return try await body(connection)
+                                    }
+                                )
+                            }
                         } catch {
                             result = .failure(error)
                         }
@@ -172,6 +194,73 @@ final class FailoverPool: Sendable {
             }
         } onCancel: {
             run.cancelled()
+        }
+    }
+
+    /// The pool's own connection for a lease of `generation`, when it is idle; otherwise nil
+    /// (the lease goes to postgres-nio's pool), after closing a stale one and starting a connect
+    /// to `server` when the machine asks for it.
+    private func takeOwnConnection(generation: Int, server: Int?) -> PostgresConnection? {
+        let now = ContinuousClock.now
+        switch own.withLockedValue({ $0.take(generation: generation, now: now) }) {
+        case .use(let connection):
+            return connection
+        case .pool(let stale, let connect):
+            if let stale { Self.closeOwn(stale) }
+            if let connect {
+                if let server {
+                    connectOwn(generation: connect, server: server)
+                } else {
+                    own.withLockedValue { $0.connectFailed(generation: connect, now: now) }
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Connects the pool's own connection for `generation`, to `server`.
+    private func connectOwn(generation: Int, server: Int) {
+        let (own, connector, eventLoop, logger) = (self.own, connector, eventLoopGroup.any(), logger)
+        Task(executorPreference: taskExecutor) {
+            do {
+                let connection = try await PostgresConnection.connect(
+                    on: eventLoop,
+                    configuration: connector.connectionConfiguration(server: server),
+                    id: -generation,
+                    logger: logger
+                )
+                if let unwanted = own.withLockedValue({ $0.connected(connection, generation: generation) }) {
+                    Self.closeOwn(unwanted)
+                }
+            } catch {
+                own.withLockedValue { $0.connectFailed(generation: generation, now: .now) }
+            }
+        }
+    }
+
+    /// Runs a lease's body on the pool's own connection and gives the connection back: kept
+    /// when the body succeeded (or never ran), closed when it failed (it may be broken, or left
+    /// inside a transaction).
+    private static func runOwn<Result: Sendable>(
+        _ connection: PostgresConnection,
+        own: NIOLockedValueBox<OwnConnectionStateMachine<PostgresConnection>>,
+        run: LeaseRun<Result>,
+        _ body: @Sendable (PostgresConnection) async throws -> Result
+    ) async throws -> Result {
+        let giveBack: @Sendable (Bool) -> Void = { healthy in
+            if let close = own.withLockedValue({ $0.returned(healthy: healthy) }) { closeOwn(close) }
+        }
+        guard run.connected(connection) else {
+            giveBack(true)
+            throw DatabaseUnavailable()
+        }
+        do {
+            let result = try await body(connection)
+            giveBack(true)
+            return result
+        } catch {
+            giveBack(false)
+            throw error
         }
     }
 
@@ -238,6 +327,7 @@ final class FailoverPool: Sendable {
                 return Array(shared.stops.values)
             }
             for stop in stops { stop.finish() }
+            if let connection = own.withLockedValue({ $0.shutDown() }) { Self.closeOwn(connection) }
         }
     }
 
@@ -265,6 +355,12 @@ final class FailoverPool: Sendable {
     func sweepLeases(now: ContinuousClock.Instant) {
         let leases = shared.withLockedValue { shared in shared.leased.values.flatMap(\.values) }
         for lease in leases { lease.giveUpIfOverdue(at: now) }
+    }
+
+    /// Closes the pool's own connection, holding on to it until it is closed (a connection
+    /// dropped before its channel closed trips postgres-nio's check in debug builds).
+    private static func closeOwn(_ connection: PostgresConnection) {
+        Task { try? await connection.close() }
     }
 
     /// Closes the connection's channel without waiting (the pool's synchronous `close()`).
