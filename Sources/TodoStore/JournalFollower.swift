@@ -134,6 +134,11 @@ final class JournalFollower: Sendable {
                         if let head = UInt64(notification.payload) {
                             self.pace.withLockedValue { $0.heard(head: head) }
                         }
+                        // While a batch of this process is being committed, the notification is
+                        // most likely its own: the batch's end wakes the follower (`whenSettled`),
+                        // which then steps over it or reads what another daemon wrote. So each
+                        // commit of this daemon wakes the follower once, not twice.
+                        if self.claims.committing { continue }
                         wake.yield()
                     }
                     throw DatabaseUnavailable()
