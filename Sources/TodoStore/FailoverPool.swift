@@ -203,6 +203,11 @@ final class FailoverPool: Sendable {
     private func takeOwnConnection(generation: Int, server: Int?) -> PostgresConnection? {
         let now = ContinuousClock.now
         switch own.withLockedValue({ $0.take(generation: generation, now: now) }) {
+        case .use(let connection) where connection.isClosed:
+            // Closed while idle (the server restarted, the network dropped it): drop it and
+            // connect again; this lease goes to the pool, which has noticed on its own.
+            if let closed = own.withLockedValue({ $0.returned(healthy: false) }) { Self.closeOwn(closed) }
+            return takeOwnConnection(generation: generation, server: server)
         case .use(let connection):
             return connection
         case .pool(let stale, let connect):

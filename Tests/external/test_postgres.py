@@ -467,6 +467,22 @@ def test_database_down_means_unavailable_and_healthz_503_then_recovery(daemon_fa
         assert ob.expect_seq(answer["seq"]) == strip_re(answer)
 
 
+def test_the_first_write_after_postgresql_restarts_succeeds(daemon_factory, database, postgres):
+    """The daemon keeps a connection of its own for its commits, outside the pool. A restart of
+    PostgreSQL closes it while idle; the first write once the database is back must not be
+    sent on it (it would be answered `unavailable`) but go to a live connection."""
+    (a,) = pg_daemons(daemon_factory, database[1], count=1)
+    with LineClient(a.tcp_port, name="c@A") as ca:
+        _, made = create_todo(ca, "written before and after a restart")
+        for _ in range(5):  # commits enough for the daemon's own connection to be made and used
+            made = toggle(ca, made["payload"]["todo"])
+            assert "seq" in made, made
+        postgres.restart()  # waits until PostgreSQL accepts connections again
+        answer = toggle(ca, made["payload"]["todo"], timeout=30)
+        assert "seq" in answer, f"the first write after the restart failed: {answer}"
+        assert answer["seq"] == made["seq"] + 1
+
+
 def test_daemons_migrating_at_once_share_one_schema_and_epoch(daemon_factory, database, postgres):
     daemons = [daemon_factory(*database[1], start=False) for _ in range(3)]
     # Started from this thread (a child gets SIGKILL when the thread that started it ends),
