@@ -43,9 +43,14 @@ struct CatchUpStateMachine: Sendable {
         notified = 0
     }
 
-    /// A notification carried `head`.
-    mutating func heard(head: UInt64) {
-        notified = max(notified, head)
+    /// A notification carried `head`: whether it wakes the follower. While a batch of this
+    /// process is being committed it does not (it is most likely that batch's own): the batch's
+    /// end wakes the follower, which then steps over it or reads what another daemon wrote, so
+    /// each commit of this process wakes the follower once, not twice.
+    @discardableResult
+    mutating func heard(head: UInt64?, committing: Bool = false) -> Bool {
+        if let head { notified = max(notified, head) }
+        return !committing
     }
 
     /// A wake-up with the cursor at `cursor` (after stepping over this process's own seqs).

@@ -202,12 +202,9 @@ final class FailoverPool: Sendable {
     /// to `server` when the machine asks for it.
     private func takeOwnConnection(generation: Int, server: Int?) -> PostgresConnection? {
         let now = ContinuousClock.now
-        switch own.withLockedValue({ $0.take(generation: generation, now: now) }) {
-        case .use(let connection) where connection.isClosed:
-            // Closed while idle (the server restarted, the network dropped it): drop it and
-            // connect again; this lease goes to the pool, which has noticed on its own.
-            if let closed = own.withLockedValue({ $0.returned(healthy: false) }) { Self.closeOwn(closed) }
-            return takeOwnConnection(generation: generation, server: server)
+        // One closed while idle (the server restarted) is replaced, and the lease goes to the
+        // pool, which has noticed on its own.
+        switch own.withLockedValue({ $0.take(generation: generation, now: now, isOpen: { !$0.isClosed }) }) {
         case .use(let connection):
             return connection
         case .pool(let stale, let connect):

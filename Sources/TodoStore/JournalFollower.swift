@@ -131,15 +131,11 @@ final class JournalFollower: Sendable {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for try await notification in notifications {
-                        if let head = UInt64(notification.payload) {
-                            self.pace.withLockedValue { $0.heard(head: head) }
+                        let head = UInt64(notification.payload)
+                        let committing = self.claims.committing
+                        if self.pace.withLockedValue({ $0.heard(head: head, committing: committing) }) {
+                            wake.yield()
                         }
-                        // While a batch of this process is being committed, the notification is
-                        // most likely its own: the batch's end wakes the follower (`whenSettled`),
-                        // which then steps over it or reads what another daemon wrote. So each
-                        // commit of this daemon wakes the follower once, not twice.
-                        if self.claims.committing { continue }
-                        wake.yield()
                     }
                     throw DatabaseUnavailable()
                 }

@@ -6,7 +6,8 @@
 ///
 /// A connection belongs to the generation of the pool's client it was made for: a lease of
 /// another generation never gets it, and one found idle after the pool moved on is closed.
-/// A connection a lease gave back unhealthy (its work failed) is closed, and a failed connect
+/// A connection a lease gave back unhealthy (its work failed), or found closed while idle (the
+/// server restarted), is closed and connected again, and a failed connect
 /// is tried again no sooner than `retryDelay` later. No I/O and no clock: the pool executes the
 /// actions, with `now` from its own clock.
 struct OwnConnectionStateMachine<Connection: Sendable>: Sendable {
@@ -31,10 +32,14 @@ struct OwnConnectionStateMachine<Connection: Sendable>: Sendable {
 
     private var state = State.none(retryAfter: nil)
 
-    /// A lease of `generation` starts.
-    mutating func take(generation: Int, now: ContinuousClock.Instant) -> Take {
+    /// A lease of `generation` starts; `isOpen` tells whether an idle connection is still open.
+    mutating func take(
+        generation: Int,
+        now: ContinuousClock.Instant,
+        isOpen: (Connection) -> Bool = { _ in true }
+    ) -> Take {
         switch state {
-        case .idle(let connection, let owner) where owner == generation:
+        case .idle(let connection, let owner) where owner == generation && isOpen(connection):
             state = .busy(connection, generation: generation)
             return .use(connection)
         case .idle(let connection, _):

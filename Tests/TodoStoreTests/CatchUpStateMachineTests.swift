@@ -64,4 +64,19 @@ import Testing
         )
         #expect(asked == 0, "a first read and a head the cursor reached need not ask")
     }
+
+    @Test func aNotificationWakesTheFollowerUnlessABatchOfThisProcessIsBeingCommitted() {
+        var pace = CatchUpStateMachine(interval: interval)
+        let woken = pace.heard(head: 4, committing: false)
+        let wokenWhileCommitting = pace.heard(head: 5, committing: true)
+        let wokenWithoutHead = pace.heard(head: nil, committing: false)
+        #expect(woken)
+        #expect(!wokenWhileCommitting, "the batch's end wakes it instead")
+        #expect(wokenWithoutHead, "a payload without a head still wakes it")
+        _ = pace.wake(cursor: 0, now: at(0), committing: { false })
+        #expect(
+            pace.wake(cursor: 4, now: at(1), committing: { false }) == .read,
+            "the head heard while committing counts"
+        )
+    }
 }

@@ -42,6 +42,13 @@ import Testing
         )
     }
 
+    @Test func aConnectionFoundClosedWhileIdleIsClosedAndConnectedAgain() {
+        var machine = Machine()
+        _ = machine.take(generation: 1, now: start)
+        _ = machine.connected("c1", generation: 1)
+        #expect(machine.take(generation: 1, now: start, isOpen: { _ in false }) == .pool(close: "c1", connect: 1))
+    }
+
     @Test func aFailedConnectIsTriedAgainOnlyAfterTheRetryDelay() {
         var machine = Machine()
         _ = machine.take(generation: 1, now: start)
