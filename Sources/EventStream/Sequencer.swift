@@ -7,6 +7,15 @@ import Synchronization
 /// everything queued (up to `maxBatch`), runs it through the servers, waits once for the model
 /// layer (one commit for the whole batch), and hands the sink everything the batch caused in
 /// one call. While a batch commits, the next one accumulates.
+///
+/// **Handing over on another thread.** Handing a batch to the sink (encoding each reply and
+/// broadcast, and posting them to the event loops) is a good part of the consumer's work per
+/// batch. With `offload` set, when the next batch is already waiting the consumer leaves that
+/// to `offload`'s thread and starts the next batch at once, so the two overlap (with
+/// PostgreSQL the next batch's commit is then on the network while the last one's answers are
+/// encoded). Hand-overs keep their order: one goes to `offload` whenever one is still there;
+/// otherwise, with nothing waiting (one client's requests, say), it is made here, with no
+/// thread crossed.
 public final class Sequencer<Event: StreamEvent>: Sendable {
     public typealias Request = (event: Event, origin: Origin)
 
@@ -14,14 +23,30 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     @usableFromInline let sink: any EventSink<Event>
     @usableFromInline let queue: Mutex<RequestQueue<Request>>
     @usableFromInline let stats = Mutex(SequencerStats())
+    /// Runs a hand-over on another thread, in the order given; nil: every hand-over is made
+    /// on the consumer.
+    @usableFromInline let offload: Offload?
+    /// Hand-overs given to `offload` and not yet made.
+    @usableFromInline let offloaded = Atomic<Int>(0)
+
+    public typealias Offload = @Sendable (_ work: @escaping @Sendable () -> Void) -> Void
 
     /// - Parameters:
     ///   - capacity: requests that may wait at once; past it `submit` refuses.
     ///   - maxBatch: requests run together at most.
-    public init(bus: EventBus<Event>, sink: any EventSink<Event>, capacity: Int, maxBatch: Int) {
+    ///   - offload: runs hand-overs to the sink on another thread, one at a time in the
+    ///     order given (see the type's documentation).
+    public init(
+        bus: EventBus<Event>,
+        sink: any EventSink<Event>,
+        capacity: Int,
+        maxBatch: Int,
+        offload: Offload? = nil
+    ) {
         self.bus = bus
         self.sink = sink
         self.queue = Mutex(RequestQueue(capacity: capacity, maxBatch: maxBatch))
+        self.offload = offload
     }
 
     /// Queues a request. False when the queue is full or the sequencer is stopping: the
@@ -47,8 +72,21 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     public nonisolated(nonsending) func run() async {
         while let batch = await nextBatch() {
             let deliveries = await bus.run(batch)
-            sink.deliver(deliveries, answering: batch.map(\.origin))
+            let origins = batch.map(\.origin)
             stats.withLock { $0.record(batchSize: batch.count) }
+            if let offload, offloaded.load(ordering: .acquiring) > 0 || queue.withLock({ $0.count }) > 0 {
+                offloaded.add(1, ordering: .relaxed)
+                offload { [self] in
+                    sink.deliver(deliveries, answering: origins)
+                    offloaded.subtract(1, ordering: .releasing)
+                }
+            } else {
+                sink.deliver(deliveries, answering: origins)
+            }
+        }
+        // Every hand-over is made before the sequencer counts as stopped.
+        if let offload, offloaded.load(ordering: .acquiring) > 0 {
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in offload { done.resume() } }
         }
     }
 

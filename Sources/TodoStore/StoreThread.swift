@@ -74,6 +74,11 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
     /// How often the thread has gone to sleep for want of work.
     var sleeps: Int { inbox.sleeps }
 
+    /// Runs `work` on the thread, after what is queued before it; returns at once.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        inbox.append(.work(work))
+    }
+
     /// Runs `body` on the thread, after what is queued before it, and returns its result.
     /// For work that is not isolated to an actor on this thread (opening the database).
     public func perform<Value: Sendable>(

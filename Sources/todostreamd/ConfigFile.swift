@@ -69,6 +69,7 @@ enum ConfigFile {
         "journal.max_age_seconds": .int(0...(10 * 365 * 86_400)),
         "store.max_batch": .int(1...65_536),
         "store.sequencer_spin_us": .int(0...100_000),
+        "store.sequencer_handover_thread": .bool,
         "store.max_queued_requests": .int(1...10_000_000),
         "store.synchronous": .choice(["full", "normal"]),
         "shutdown.drain_timeout_ms": .int(0...600_000),

@@ -65,6 +65,15 @@ struct DaemonOptions: Sendable {
     var sequencerSpin: Duration {
         .microseconds(sequencerSpinMicroseconds ?? (engine == .postgres ? 0 : 400))
     }
+    /// Whether the sequencer hands a batch's answers to the event loops on a thread of its own
+    /// when the next batch is waiting (`Sequencer`); nil: by engine (`offloadHandOver`).
+    var handOverThread: Bool?
+
+    /// The hand-over thread in force. With PostgreSQL the next batch's commit is then on the
+    /// network while the last one's answers are encoded (one daemon, 64 clients: about a tenth
+    /// more writes per second). A SQLite commit is short and on the sequencer's own thread:
+    /// there the extra thread only costs CPU.
+    var offloadHandOver: Bool { handOverThread ?? (engine == .postgres) }
     /// Requests waiting for the sequencer at most.
     var maxQueuedRequests = 65_536
     var synchronousFull = true
@@ -231,11 +240,17 @@ final class Daemon: Sendable {
         let capacity =
             options.engine == .postgres
             ? min(options.maxQueuedRequests, options.postgres.maxPendingWrites) : options.maxQueuedRequests
+        var offload: Sequencer<Event>.Offload?
+        if options.offloadHandOver {
+            let handOverThread = StoreThread(name: "handover")
+            offload = { @Sendable work in handOverThread.execute(work) }
+        }
         let sequencer = Sequencer<Event>(
             bus: EventBus(servers: [ViewModelServer()], model: ModelServer(store: store)),
             sink: hub,
             capacity: capacity,
-            maxBatch: options.maxBatch
+            maxBatch: options.maxBatch,
+            offload: offload
         )
 
         var options = options

@@ -98,7 +98,8 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
         model: RecordingModel,
         sink: RecordingSink,
         capacity: Int = 1_000,
-        maxBatch: Int = 256
+        maxBatch: Int = 256,
+        offload: Sequencer<TestEvent>.Offload? = nil
     )
         -> Sequencer<TestEvent>
     {
@@ -107,8 +108,84 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
             bus: EventBus(servers: [view], model: model),
             sink: sink,
             capacity: capacity,
-            maxBatch: maxBatch
+            maxBatch: maxBatch,
+            offload: offload
         )
+    }
+
+    /// Hand-overs given to another thread wait there until the test runs them, in order.
+    final class HeldHandOvers: Sendable {
+        let held = NIOLockedValueBox<[@Sendable () -> Void]>([])
+        var count: Int { held.withLockedValue { $0.count } }
+        func offload(_ work: @escaping @Sendable () -> Void) { held.withLockedValue { $0.append(work) } }
+        func runAll() {
+            let works = held.withLockedValue { held in
+                let works = held
+                held = []
+                return works
+            }
+            for work in works { work() }
+        }
+    }
+
+    @Test func handOversOnAnotherThreadKeepTheirOrderAndOnlyAnIdleOneIsMadeInPlace() async {
+        let model = RecordingModel(holding: true)
+        let sink = RecordingSink()
+        let handOvers = HeldHandOvers()
+        let sequencer = makeSequencer(model: model, sink: sink, offload: { handOvers.offload($0) })
+        let running = Task { await sequencer.run() }
+        #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(0)))
+        while !model.release() { await Task.yield() }
+        // Batch [0] is committing; the next one waits behind it, so [0] is handed over there.
+        for session in 1...10 {
+            #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(UInt64(session))))
+        }
+        while handOvers.count < 1 { await Task.yield() }
+        #expect(sink.answered.withLockedValue { $0.isEmpty }, "handed over on the other thread, not here")
+        // Batch [1…10] finds nothing waiting after it, but [0] is still there: it follows it
+        // rather than overtake it.
+        while handOvers.count < 2, sink.answered.withLockedValue({ $0.isEmpty }) {
+            _ = model.release()
+            await Task.yield()
+        }
+        #expect(sink.answered.withLockedValue { $0.isEmpty }, "a later batch overtook one still held")
+        handOvers.runAll()
+        #expect(sink.answered.withLockedValue { $0.map(\.session.rawValue) } == Array(0...10))
+        // Now nothing is waiting and nothing is held: the hand-over is made in place.
+        #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(11)))
+        while sink.answered.withLockedValue({ $0.count }) < 12 {
+            _ = model.release()
+            await Task.yield()
+        }
+        #expect(handOvers.count == 0)
+        #expect(sink.answered.withLockedValue { $0.map(\.session.rawValue) } == Array(0...11))
+        sequencer.stop()
+        await running.value
+    }
+
+    @Test func aStoppingSequencerWaitsForItsHandOvers() async {
+        let model = RecordingModel()
+        let sink = RecordingSink()
+        let handOvers = HeldHandOvers()
+        let sequencer = makeSequencer(model: model, sink: sink, maxBatch: 2, offload: { handOvers.offload($0) })
+        // Queued before the run: each batch finds the next one waiting.
+        for session in 0..<5 { #expect(sequencer.submit(TestEvent(name: "Request"), origin: origin(UInt64(session)))) }
+        sequencer.stop()
+        let returned = NIOLockedValueBox(false)
+        let running = Task {
+            await sequencer.run()
+            returned.withLockedValue { $0 = true }
+        }
+        // Batches [0, 1], [2, 3] and [4] are handed over there; then the run waits for them
+        // (by handing over one more thing) rather than return.
+        while handOvers.count < 4, !returned.withLockedValue({ $0 }), sink.answered.withLockedValue({ $0.isEmpty }) {
+            await Task.yield()
+        }
+        #expect(!returned.withLockedValue { $0 }, "the run returned with answers not handed over")
+        #expect(sink.answered.withLockedValue { $0.isEmpty })
+        handOvers.runAll()
+        await running.value
+        #expect(sink.answered.withLockedValue { $0.map(\.session.rawValue) } == [0, 1, 2, 3, 4])
     }
 
     @Test func requestsQueuedDuringACommitRunAsTheNextBatchInArrivalOrder() async throws {

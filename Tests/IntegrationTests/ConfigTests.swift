@@ -110,6 +110,20 @@ import Glibc
                 flags: ["--storage", "postgres", "--postgres-url", "postgres://a@b/c"]
             ))?.sequencerSpin == .microseconds(50)
         )
+        #expect((try? resolve(nil))?.offloadHandOver == false, "SQLite hands over on the sequencer's thread")
+        #expect(
+            (try? resolve(nil, flags: ["--storage", "postgres", "--postgres-url", "postgres://a@b/c"]))?.offloadHandOver
+                == true
+        )
+        #expect(
+            (try? resolve(
+                "store:\n  sequencer_handover_thread: false\n",
+                flags: ["--storage", "postgres", "--postgres-url", "postgres://a@b/c"]
+            ))?.offloadHandOver == false
+        )
+        #expect(
+            message("store:\n  sequencer_handover_thread: 3\n")?.contains("store.sequencer_handover_thread") == true
+        )
         #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
         #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
         #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")
