@@ -175,16 +175,9 @@ final class FailoverPool: Sendable {
                     Task(executorPreference: taskExecutor) {
                         let result: Swift.Result<Result, any Error>
                         do {
-                            if let ownConnection {
-                                result = .success(try await Self.runOwn(ownConnection, own: own, run: run, body))
-                            } else {
-                                result = .success(
-                                    try await client.withConnection { connection in
-                                        guard run.connected(connection) else { throw DatabaseUnavailable() }
-                                        return try await body(connection)
-                                    }
-                                )
-                            }
+                            result = .success(
+                                try await Self.runLease(body, on: ownConnection, own: own, orFrom: client, run: run)
+                            )
                         } catch {
                             result = .failure(error)
                         }
@@ -237,6 +230,22 @@ final class FailoverPool: Sendable {
             } catch {
                 own.withLockedValue { $0.connectFailed(generation: generation, now: .now) }
             }
+        }
+    }
+
+    /// Runs a lease's body on `ownConnection` when the lease took it, else on a connection of
+    /// `client`'s pool.
+    private static func runLease<Result: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Result,
+        on ownConnection: PostgresConnection?,
+        own: NIOLockedValueBox<OwnConnectionStateMachine<PostgresConnection>>,
+        orFrom client: PostgresClient,
+        run: LeaseRun<Result>
+    ) async throws -> Result {
+        if let ownConnection { return try await runOwn(ownConnection, own: own, run: run, body) }
+        return try await client.withConnection { connection in
+            guard run.connected(connection) else { throw DatabaseUnavailable() }
+            return try await body(connection)
         }
     }
 

@@ -2,7 +2,8 @@ import Foundation
 import Synchronization
 
 /// A thread of its own that runs Swift jobs one at a time, in the order they arrive: the serial
-/// executor of the sequencer and of the SQLite store.
+/// executor of the sequencer and of the SQLite store; and (`execute`) the sequencer's hand-over
+/// thread, where plain work runs in the order given.
 ///
 /// Code isolated to it may block: the SQLite store commits synchronously here, and while a
 /// commit waits for the disk the next batch's requests queue up for it. No event loop runs here,
