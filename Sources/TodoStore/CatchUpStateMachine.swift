@@ -11,12 +11,23 @@
 ///   end wakes the follower again, and a second wake-up in that state reads, so another
 ///   daemon's entries wait for at most one commit of this one.
 ///
+/// When this process's commits bring the journal along (schema step 8: each commit's answer
+/// holds the entries before its batch, `commitBrought`), other daemons' entries are put off
+/// further, since the next commit brings them: a wake-up while a batch is being committed
+/// skips (its end wakes the follower again), and one within `grace` of the last such commit
+/// waits until `grace` has passed and asks again (the next batch has usually begun by then).
+/// So a daemon that keeps committing reads the journal only every `interval`, and another
+/// daemon's entries wait for at most one commit of this one, or `grace` after its last. A
+/// commit that brought nothing usable (`commitMissed`) ends this until the next that does.
+///
 /// Either way the journal is read at least every `interval` (a notification may be lost), and
 /// always first on a new connection.
 struct CatchUpStateMachine: Sendable {
     enum Action: Hashable, Sendable {
         case read
         case skip
+        /// Ask again at this time.
+        case wait(until: ContinuousClock.Instant)
     }
 
     private enum State: Sendable {
@@ -29,12 +40,28 @@ struct CatchUpStateMachine: Sendable {
     }
 
     let interval: Duration
+    /// How long after a commit that brought the journal a read waits for the next commit.
+    let grace: Duration
     private var state = State.unread
     /// The newest head a notification on this connection carried.
     private var notified: UInt64 = 0
+    /// When the last commit of this process brought the journal up to its batch; nil when the
+    /// last one did not.
+    private var brought: ContinuousClock.Instant?
 
-    init(interval: Duration) {
+    init(interval: Duration, grace: Duration = .milliseconds(2)) {
         self.interval = interval
+        self.grace = grace
+    }
+
+    /// A commit of this process brought the journal up to its batch at `now`.
+    mutating func commitBrought(at now: ContinuousClock.Instant) {
+        brought = now
+    }
+
+    /// A commit of this process brought nothing usable (or failed): reads go on as usual.
+    mutating func commitMissed() {
+        brought = nil
     }
 
     /// A new connection: read first, forget what was heard on the old one.
@@ -78,6 +105,10 @@ struct CatchUpStateMachine: Sendable {
         if notified <= cursor {
             state = .reading(lastRead: lastRead)
             return .skip
+        }
+        if let brought {
+            if committing() { return .skip }
+            if now - brought < grace { return .wait(until: brought + grace) }
         }
         if !deferred, committing() {
             state = .deferred(lastRead: lastRead)

@@ -21,6 +21,15 @@ import PostgresNIO
 /// primary left running read-only would otherwise be followed while the writes go elsewhere).
 ///
 /// It starts no task of its own: `run()` follows in its caller's task until that is cancelled.
+///
+/// **Entries brought by commits.** Each commit of this process asks the database for the
+/// entries after the cursor up to its batch (schema step 8) and hands them here
+/// (`commitAnswered`): published in the same way, they move the cursor, so a daemon that keeps
+/// committing does not wait for a read before its own broadcasts and replies can go out in
+/// order, and does not read after every commit of another daemon. While such commits go on,
+/// wake-ups put the read off (`CatchUpStateMachine`); a commit that brought nothing usable
+/// (the follower too far behind, entries pruned, a batch of this process abandoned in between)
+/// brings the usual reads back.
 final class JournalFollower: Sendable {
     /// Entries read per query while catching up.
     static let pageSize: UInt64 = 1000
@@ -60,7 +69,12 @@ final class JournalFollower: Sendable {
         self.claims = claims
         self.health = health
         self.cursor = NIOLockedValueBox((0, after))
-        self.pace = NIOLockedValueBox(CatchUpStateMachine(interval: connector.settings.catchUpInterval))
+        self.pace = NIOLockedValueBox(
+            CatchUpStateMachine(
+                interval: connector.settings.catchUpInterval,
+                grace: connector.settings.commitFollowGrace
+            )
+        )
         self.eventLoop = eventLoop
         self.logger = logger
         self.publish = publish
@@ -71,6 +85,37 @@ final class JournalFollower: Sendable {
 
     /// The newest seq handled (published, or left to the local path).
     var handled: UInt64 { cursor.withLockedValue { $0.seq } }
+
+    /// A commit of this process was answered with `page`, the entries between the cursor it
+    /// read and its batch (nil: it brought none, or it failed). The entries the cursor has not
+    /// passed are published as a catch-up would, the cursor moves to the page's end and over
+    /// this process's own committed seqs after it, and the pace is told whether commits bring
+    /// the journal along.
+    func commitAnswered(_ page: FollowedPage?) {
+        let now = ContinuousClock.now
+        let brought = page.map { page in cursor.withLockedValue { cursor in take(page, cursor: &cursor) } } ?? false
+        pace.withLockedValue { brought ? $0.commitBrought(at: now) : $0.commitMissed() }
+    }
+
+    /// Publishes what `page` holds after the cursor and moves the cursor to the page's end (and
+    /// over this process's own committed seqs after it). False, with nothing published, when
+    /// the page starts after the cursor or holds an entry of this process whose payload it
+    /// lacks (a batch abandoned: the follower reads it).
+    private func take(_ page: FollowedPage, cursor: inout (generation: Int, seq: UInt64)) -> Bool {
+        guard cursor.seq >= page.after, page.isContiguous else { return false }
+        if cursor.seq < page.through {
+            var foreign: [JournalEntry] = []
+            for item in page.entries where item.entry.seq > cursor.seq {
+                guard !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) else { continue }
+                guard !item.withheld else { return false }
+                foreign.append(item.entry)
+            }
+            if !foreign.isEmpty { publish(foreign) }
+            cursor.seq = page.through
+        }
+        if let through = claims.ownThrough(after: cursor.seq) { cursor.seq = through }
+        return true
+    }
 
     /// Follows, reconnecting after every failure, until the task is cancelled. Cancelling closes
     /// the connection in use, so that the follower stops at once, not after its query.
@@ -175,7 +220,14 @@ final class JournalFollower: Sendable {
     /// (this daemon's own commit, stepped over) costs no task and no timer.
     private func catchUpWithin(on connection: PostgresConnection, generation: Int, poolClient: Int) async throws {
         guard self.poolClient() == poolClient else { throw ServerChanged() }
-        guard shouldRead(generation: generation) else { return }
+        var decision = shouldRead(generation: generation)
+        // A commit of this process has just brought the journal: the next one, if it comes
+        // soon, brings what was committed since, so the read waits a moment and asks again.
+        while case .wait(let until) = decision {
+            try await Task.sleep(until: until, clock: .continuous)
+            decision = shouldRead(generation: generation)
+        }
+        guard decision == .read else { return }
         try await PostgresClient.run(
             within: connector.settings.acquireTimeout,
             onTimeout: { connection.close() },
@@ -217,7 +269,7 @@ final class JournalFollower: Sendable {
     /// Steps the cursor over this process's own commits, which need no read
     /// (`LocalClaims.committed`), and asks `CatchUpStateMachine` whether the journal is to be
     /// read now.
-    private func shouldRead(generation: Int) -> Bool {
+    private func shouldRead(generation: Int) -> CatchUpStateMachine.Action {
         let stepped = cursor.withLockedValue { cursor -> UInt64 in
             if cursor.generation == generation, let through = claims.ownThrough(after: cursor.seq) {
                 cursor.seq = through
@@ -225,7 +277,7 @@ final class JournalFollower: Sendable {
             return cursor.seq
         }
         let now = ContinuousClock.now
-        return pace.withLockedValue { $0.wake(cursor: stepped, now: now, committing: { claims.committing }) } == .read
+        return pace.withLockedValue { $0.wake(cursor: stepped, now: now, committing: { claims.committing }) }
     }
 
     /// Reads everything after the cursor up to the durable head (PostgresStore+Durability),
@@ -282,22 +334,41 @@ final class JournalFollower: Sendable {
                 from = try await resynchronize(on: connection, generation: generation, after: from)
                 continue
             }
-            let current = cursor.withLockedValue { cursor -> Bool? in
-                guard cursor.generation == generation, cursor.seq == from else { return false }
+            // The cursor may have moved on since the read, past entries a commit of this
+            // process brought (`commitAnswered`): only what follows it is published.
+            let current = cursor.withLockedValue { cursor -> UInt64?? in
+                guard cursor.generation == generation, cursor.seq >= from else { return .some(nil) }
                 var foreign: [JournalEntry] = []
-                for item in entries where !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) {
+                for item in entries where item.entry.seq > cursor.seq {
+                    guard !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) else { continue }
                     // A batch of this process abandoned since the read: read the page again,
                     // with its payloads.
                     guard !item.withheld else { return nil }
                     foreign.append(item.entry)
                 }
                 if !foreign.isEmpty { publish(foreign) }
-                cursor.seq = upper
-                return true
+                cursor.seq = max(cursor.seq, upper)
+                return cursor.seq
             }
             guard let current else { continue }
-            guard current else { throw DatabaseUnavailable() }
-            from = upper
+            guard let current else { throw DatabaseUnavailable() }
+            from = current
         }
+    }
+}
+
+/// Journal entries `after + 1 ... through`, in seq order, each with its origin: what a commit
+/// brought back of the journal before its batch (schema step 8).
+struct FollowedPage: Sendable {
+    let after: UInt64
+    let through: UInt64
+    let entries: [PostgresStore.FollowedEntry]
+
+    /// Whether the entries are exactly the seqs after `after` through `through`, one each (a
+    /// pruned journal leaves some out).
+    var isContiguous: Bool {
+        guard through > after else { return entries.isEmpty }
+        guard entries.count == Int(through - after) else { return false }
+        return entries.enumerated().allSatisfy { index, item in item.entry.seq == after + 1 + UInt64(index) }
     }
 }

@@ -29,6 +29,8 @@ final class LocalClaims: Sendable {
     /// This process's part of every origin.
     let instance: String
     private let prefix: String
+    /// What every origin of this process starts with.
+    var originPrefix: String { prefix }
     private let state = NIOLockedValueBox<(next: UInt64, claims: [String: Claim], abandoned: Int)>((1, [:], 0))
     /// Seqs this process committed and answered (so durable), oldest first, not yet passed by
     /// the follower.

@@ -100,6 +100,9 @@ enum Migrations {
         // 7: on PostgreSQL, a commit that may expect the head it read (see there). Nothing
         // changes here; the step keeps both engines' versions in step.
         ["SELECT 1"],
+        // 8: on PostgreSQL, a commit that answers with the other daemons' entries before its
+        // batch (see there). Nothing changes here; the step keeps both engines' versions in step.
+        ["SELECT 1"],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

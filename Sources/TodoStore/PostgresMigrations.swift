@@ -196,6 +196,17 @@ enum PostgresMigrations {
         // overload; NULL expects nothing): when the head under the lock is another, nothing is
         // written and p_head comes back -1, as for a todo that changed.
         [commitProcedure(name: "todostream_commit_flush", flushAfterOrdering: true, expectHead: true)],
+        // 8: a commit brings back the journal entries that precede its batch and that the
+        // daemon has not followed yet (`todostream_commit_follow`: step 7's procedure with
+        // `p_follow_after`, `p_own_prefix` and `p_follow_limit`, and five INOUT arrays). They
+        // are read in the second transaction, after the lock is released, and are durable once
+        // its synchronous commit returns: they were committed before the batch, so their WAL
+        // comes before its. The daemon's own entries come without their payloads. Nothing is
+        // read when `p_follow_after` is NULL, already at the batch, or more than
+        // `p_follow_limit` entries behind it (the journal follower reads those). So a daemon
+        // that keeps committing learns the other daemons' entries from its own commits, without
+        // waiting for its journal follower's read (JournalFollower).
+        [commitProcedure(name: "todostream_commit_follow", flushAfterOrdering: true, expectHead: true, follow: true)],
     ]
 
     /// Moves this backend's row of `todostream_durable` to `head` (never back).
@@ -205,7 +216,12 @@ enum PostgresMigrations {
         """
 
     /// Step 5's commit procedure (the same arguments), with the durability mark of step 6.
-    static func commitProcedure(name: String, flushAfterOrdering: Bool, expectHead: Bool = false) -> String {
+    static func commitProcedure(
+        name: String,
+        flushAfterOrdering: Bool,
+        expectHead: Bool = false,
+        follow: Bool = false
+    ) -> String {
         let finish: String
         if flushAfterOrdering {
             finish = """
@@ -213,7 +229,7 @@ enum PostgresMigrations {
                   COMMIT;
                   BEGIN
                     \(markDurable);
-                    PERFORM pg_notify('todostream_journal', p_head::text);
+                    PERFORM pg_notify('todostream_journal', p_head::text);\(follow ? followRead : "")
                   EXCEPTION WHEN OTHERS THEN
                     RAISE EXCEPTION 'the batch committed, but its flush was not confirmed: %', SQLERRM
                       USING ERRCODE = 'TSF01';
@@ -233,11 +249,11 @@ enum PostgresMigrations {
               p_ids TEXT[], p_offsets BIGINT[], p_created BIGINT[], p_titles TEXT[], p_subtitles TEXT[],
               p_priorities TEXT[], p_completed BIGINT[], p_has_completed BOOLEAN[], p_deleted BOOLEAN[],
               p_versions BIGINT[], p_types TEXT[], p_payloads BYTEA[], p_mids TEXT[], p_recorded_at BIGINT,
-              \(expectHead ? "p_expect_head BIGINT, " : "")INOUT p_head BIGINT DEFAULT NULL
+              \(expectHead ? "p_expect_head BIGINT, " : "")\(follow ? followArguments : "")INOUT p_head BIGINT DEFAULT NULL\(follow ? followResults : "")
             ) LANGUAGE plpgsql AS $$
             DECLARE
               v_matching INTEGER;
-              v_repeated INTEGER;
+              v_repeated INTEGER;\(follow ? "\n  v_before BIGINT;" : "")
             BEGIN
               PERFORM set_config('enable_seqscan', 'off', true);
               PERFORM pg_advisory_xact_lock_shared(\(commitLockKey));
@@ -268,13 +284,42 @@ enum PostgresMigrations {
               INSERT INTO journal (seq, type, payload, recorded_at, origin, mid)
                 SELECT p_head + j.n, j.type, j.payload, p_recorded_at, p_origin, NULLIF(j.mid, '')
                 FROM unnest(p_types, p_payloads, p_mids) WITH ORDINALITY AS j(type, payload, mid, n);
-              p_head := p_head + coalesce(cardinality(p_types), 0);
+              \(follow ? "v_before := p_head;\n  " : "")p_head := p_head + coalesce(cardinality(p_types), 0);
               UPDATE stream_state SET head = p_head WHERE id = 1;
             \(finish)
             END
             $$
             """
     }
+
+    /// Step 8's inputs: the seq the daemon has followed the journal to (NULL: read nothing),
+    /// the origin prefix of its own entries (they come without payloads), and how many entries
+    /// it takes at most.
+    static let followArguments = "p_follow_after BIGINT, p_own_prefix TEXT, p_follow_limit INTEGER, "
+
+    /// Step 8's results: the entries after `p_follow_after` up to the batch's first seq, in
+    /// seq order (NULL when none were read). NULL origins and mids come back empty.
+    static let followResults = """
+        ,
+          INOUT p_f_seqs BIGINT[] DEFAULT NULL, INOUT p_f_types TEXT[] DEFAULT NULL,
+          INOUT p_f_payloads BYTEA[] DEFAULT NULL, INOUT p_f_origins TEXT[] DEFAULT NULL,
+          INOUT p_f_mids TEXT[] DEFAULT NULL
+        """
+
+    /// Step 8's read, in the second transaction (see step 8).
+    static let followRead = """
+
+                IF p_follow_after IS NOT NULL AND p_follow_after < v_before
+                  AND v_before - p_follow_after <= p_follow_limit THEN
+                  PERFORM set_config('enable_seqscan', 'off', true);
+                  SELECT array_agg(j.seq ORDER BY j.seq), array_agg(j.type ORDER BY j.seq),
+                    array_agg(CASE WHEN p_own_prefix <> '' AND starts_with(coalesce(j.origin, ''), p_own_prefix)
+                      THEN ''::bytea ELSE j.payload END ORDER BY j.seq),
+                    array_agg(coalesce(j.origin, '') ORDER BY j.seq), array_agg(coalesce(j.mid, '') ORDER BY j.seq)
+                  INTO p_f_seqs, p_f_types, p_f_payloads, p_f_origins, p_f_mids
+                  FROM journal j WHERE j.seq > p_follow_after AND j.seq <= v_before;
+                END IF;
+        """
 
     /// Brings the schema to the newest version; refuses a database newer than this build.
     static func run(on connection: PostgresConnection, logger: Logger) async throws {

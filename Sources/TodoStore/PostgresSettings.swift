@@ -67,6 +67,10 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
     public var acquireTimeout: Duration = .seconds(5)
     /// How often the journal follower reads the journal even without a notification.
     public var catchUpInterval: Duration = .seconds(1)
+    /// While this daemon's commits bring other daemons' journal entries along, how long after
+    /// such a commit the journal follower waits for the next one before it reads itself
+    /// (`CatchUpStateMachine`); zero reads at once.
+    public var commitFollowGrace: Duration = .milliseconds(2)
     /// Todos whose last written state a daemon keeps to stage a batch of writes without
     /// reading them first (`StagingGuesses`); 0 reads every batch's todos.
     public var stagingGuesses: Int = 16_384

@@ -61,6 +61,17 @@ extension PostgresStore {
         var first: Int64
         var newHead: Int64
         var rows: [(offset: Int64, todo: Todo)]
+        /// The journal entries before the batch that the commit brought back (step 8).
+        var followed: FollowedPage? = nil
+    }
+
+    /// What a commit asks the database to bring back of the journal (step 8): the entries
+    /// after `after`, with this process's own (`ownPrefix`) without their payloads.
+    struct FollowRequest: Sendable {
+        var after: UInt64
+        var ownPrefix: String
+        /// At most this many; further behind, nothing comes back.
+        static let limit = 256
     }
 
     /// Optimistic attempts before a batch takes the `stream_state` lock for its reads too.
@@ -120,6 +131,7 @@ extension PostgresStore {
             let locked = attempt > Self.optimisticAttempts
             let progress = TransactionGuard()
             let staged = NIOLockedValueBox<Staged?>(nil)
+            let follow = follower.map { FollowRequest(after: $0.handled, ownPrefix: claims.originPrefix) }
             do {
                 outcome = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                     await Self.attempt(
@@ -128,6 +140,7 @@ extension PostgresStore {
                         origin: origin,
                         locked: locked,
                         expectHead: expectHead,
+                        follow: follow,
                         guessed: guess,
                         progress: progress,
                         staged: { batch in staged.withLockedValue { $0 = batch } },
@@ -149,6 +162,9 @@ extension PostgresStore {
         case .done(let results, let applied):
             if let applied {
                 claims.committed(first: UInt64(max(1, applied.first)), last: UInt64(max(0, applied.newHead)))
+                // Before the batch is finished: its end wakes the follower, which then finds
+                // the journal followed up to this batch's head.
+                follower?.commitAnswered(applied.followed)
             }
             claims.finish(origin)
             if let applied {
@@ -176,10 +192,12 @@ extension PostgresStore {
             }
             return results
         case .stale, .failed:
+            follower?.commitAnswered(nil)
             claims.finish(origin)
             if case .failed(let error) = outcome { recordHealth(up: false, error) }
             return writes.map { _ in .failure(.unavailable) }
         case .inDoubt(let staged, let error):
+            follower?.commitAnswered(nil)
             known = nil
             recordHealth(up: false, error)
             logger.warning(
@@ -284,6 +302,7 @@ extension PostgresStore {
         origin: String,
         locked: Bool,
         expectHead: Int64? = nil,
+        follow: FollowRequest? = nil,
         guessed: Staged? = nil,
         progress: TransactionGuard,
         staged: @Sendable (Staged) -> Void,
@@ -337,8 +356,16 @@ extension PostgresStore {
             return .failed(DatabaseUnavailable())
         }
         let newHead: Int64
+        let followed: FollowedPage?
         do {
-            newHead = try await write(batch, origin: origin, expectHead: expectHead, on: connection, logger: logger)
+            (newHead, followed) = try await write(
+                batch,
+                origin: origin,
+                expectHead: expectHead,
+                follow: follow,
+                on: connection,
+                logger: logger
+            )
         } catch {
             if locked { try? await connection.close() }
             return refused(error) ? .failed(error) : .inDoubt(staged: batch, error: error)
@@ -348,7 +375,7 @@ extension PostgresStore {
         let first = newHead - Int64(batch.entries.count) + 1
         return .done(
             batch.results(first: UInt64(first)),
-            Applied(first: first, newHead: newHead, rows: batch.rows)
+            Applied(first: first, newHead: newHead, rows: batch.rows, followed: followed)
         )
     }
 
@@ -500,9 +527,10 @@ extension PostgresStore {
         _ batch: Staged,
         origin: String,
         expectHead: Int64? = nil,
+        follow: FollowRequest? = nil,
         on connection: PostgresConnection,
         logger: Logger
-    ) async throws -> Int64 {
+    ) async throws -> (head: Int64, followed: FollowedPage?) {
         var binds = PostgresBindings(capacity: 16)
         binds.append(origin)
         binds.append(batch.checks.map(\.id))
@@ -522,24 +550,73 @@ extension PostgresStore {
         binds.append(batch.entries.map { $0.mid ?? "" })
         binds.append(Timestamp.now().millisecondsSince1970)
         binds.append(expectHead)
-        var head: Int64 = -1
-        for try await value in try await connection.execute(CommitCall(bindings: binds), logger: logger) {
-            head = value
+        binds.append(follow.map { Int64(clamping: $0.after) })
+        binds.append(follow?.ownPrefix ?? "")
+        binds.append(Int32(FollowRequest.limit))
+        var answer: CommitCall.Row?
+        for try await row in try await connection.execute(CommitCall(bindings: binds), logger: logger) {
+            answer = row
         }
-        return head
+        guard let answer else { return (-1, nil) }
+        guard answer.head >= 0, let follow else { return (answer.head, nil) }
+        let through = UInt64(max(0, answer.head - Int64(batch.entries.count)))
+        return (answer.head, answer.followed(after: follow.after, through: through, ownPrefix: follow.ownPrefix))
     }
 
-    /// `CALL todostream_commit_flush`, prepared once per connection (postgres-nio keeps it by
+    /// `CALL todostream_commit_follow`, prepared once per connection (postgres-nio keeps it by
     /// name), so that a commit sends no statement text to parse: only its values.
     struct CommitCall: PostgresPreparedStatement {
-        static let name = "todostream_commit_flush_7"
-        static let sql = "CALL todostream_commit_flush(" + (1...18).map { "$\($0)" }.joined(separator: ",") + ", NULL)"
-        typealias Row = Int64
+        static let name = "todostream_commit_follow_8"
+        static let sql =
+            "CALL todostream_commit_follow(" + (1...21).map { "$\($0)" }.joined(separator: ",")
+            + ", NULL, NULL, NULL, NULL, NULL, NULL)"
+
+        /// The new head (-1: nothing written), and the entries the commit brought back.
+        struct Row: Sendable {
+            var head: Int64
+            var seqs: [Int64]?
+            var types: [String]?
+            var payloads: [ByteBuffer]?
+            var origins: [String]?
+            var mids: [String]?
+
+            /// The entries as the journal follower's page of `after...through`; nil when none
+            /// came back although some precede the batch, or when they do not line up.
+            func followed(after: UInt64, through: UInt64, ownPrefix: String) -> FollowedPage? {
+                guard through > after else {
+                    return FollowedPage(after: after, through: max(after, through), entries: [])
+                }
+                guard let seqs, let types, let payloads, let origins, let mids,
+                    seqs.count == types.count, seqs.count == payloads.count, seqs.count == origins.count,
+                    seqs.count == mids.count
+                else { return nil }
+                var entries: [PostgresStore.FollowedEntry] = []
+                entries.reserveCapacity(seqs.count)
+                for index in seqs.indices {
+                    let origin = origins[index]
+                    let own = !ownPrefix.isEmpty && origin.hasPrefix(ownPrefix)
+                    let entry = JournalEntry(
+                        seq: UInt64(max(0, seqs[index])),
+                        type: types[index],
+                        payload: own ? [] : Array(payloads[index].readableBytesView),
+                        mid: mids[index].isEmpty ? nil : mids[index]
+                    )
+                    entries.append((entry, origin.isEmpty ? nil : origin, own))
+                }
+                let page = FollowedPage(after: after, through: through, entries: entries)
+                return page.isContiguous ? page : nil
+            }
+        }
 
         let bindings: PostgresBindings
 
         func makeBindings() -> PostgresBindings { bindings }
 
-        func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
+        func decodeRow(_ row: PostgresRow) throws -> Row {
+            let (head, seqs, types, payloads, origins, mids) = try row.decode(
+                (Int64, [Int64]?, [String]?, [ByteBuffer]?, [String]?, [String]?).self
+            )
+            return Row(head: head, seqs: seqs, types: types, payloads: payloads, origins: origins, mids: mids)
+        }
     }
 }

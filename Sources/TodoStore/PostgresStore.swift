@@ -37,6 +37,9 @@ public actor PostgresStore: ServedStore {
     /// `runConnections()` was called: the pool runs (once only) in its caller's task.
     private var poolStarted = false
     private var following = false
+    /// The journal follower, once `follow` runs: a commit asks the database for the entries
+    /// after its cursor and hands it those that came back (step 8).
+    var follower: JournalFollower?
     public internal(set) var commitLatency = LatencyHistogram()
     /// Commits since the journal was last pruned (`commit`).
     var commitsSincePrune = 0
@@ -619,7 +622,9 @@ public actor PostgresStore: ServedStore {
             serverFailed: { [pool] error in pool.report(error) },
             poolClient: { [pool] in pool.clientGeneration }
         )
+        self.follower = follower
         await follower.run()
+        self.follower = nil
     }
 
     /// Refuses new batches and waits for those under way. The pool goes on until

@@ -19,6 +19,9 @@ extension ConfigFile {
         if let value = int("postgres.pool_size") { options.postgres.poolSize = value }
         if let value = int("postgres.timeout_ms") { options.postgres.timeout = .milliseconds(value) }
         if let value = int("postgres.catch_up_interval_ms") { options.postgres.catchUpInterval = .milliseconds(value) }
+        if let value = int("postgres.commit_follow_grace_us") {
+            options.postgres.commitFollowGrace = .microseconds(value)
+        }
         if let value = int("postgres.staging_cache_todos") { options.postgres.stagingGuesses = value }
         if let value = int("postgres.startup_timeout_ms") { options.postgres.startupTimeout = .milliseconds(value) }
         if let value = int("postgres.max_pending_writes") { options.postgres.maxPendingWrites = value }

@@ -32,6 +32,7 @@ enum ConfigFile {
         "postgres.pool_size": .int(1...1000),
         "postgres.timeout_ms": .int(100...600_000),
         "postgres.catch_up_interval_ms": .int(50...600_000),
+        "postgres.commit_follow_grace_us": .int(0...1_000_000),
         "postgres.staging_cache_todos": .int(0...1_000_000),
         "postgres.startup_timeout_ms": .int(0...3_600_000),
         "postgres.max_pending_writes": .int(1...1_000_000),

@@ -25,6 +25,7 @@ struct DaemonOptions: Sendable {
         var poolSize = 8
         var timeout: Duration = .seconds(5)
         var catchUpInterval: Duration = .seconds(1)
+        var commitFollowGrace: Duration = .milliseconds(2)
         var startupTimeout: Duration = .seconds(30)
         var maxPendingWrites = 16_384
         var stagingGuesses = 16_384
@@ -415,6 +416,7 @@ final class Daemon: Sendable {
                 settings.poolSize = options.postgres.poolSize
                 settings.acquireTimeout = options.postgres.timeout
                 settings.catchUpInterval = options.postgres.catchUpInterval
+                settings.commitFollowGrace = options.postgres.commitFollowGrace
                 settings.stagingGuesses = options.postgres.stagingGuesses
                 let store = try await PostgresStore.open(
                     settings: settings,

@@ -137,13 +137,14 @@ import Glibc
         )
         #expect(message("postgres:\n  pool_size: 0\n")?.contains("postgres.pool_size is 0, out of range") == true)
         let options = try resolve(
-            "storage: postgres\npostgres:\n  catch_up_interval_ms: 250\n  staging_cache_todos: 0\n",
+            "storage: postgres\npostgres:\n  catch_up_interval_ms: 250\n  staging_cache_todos: 0\n  commit_follow_grace_us: 500\n",
             environment: ["TODOSTREAM_POSTGRES_URL": "postgres://todo@db/todos"]
         )
         #expect(options.storage == .postgres)
         #expect(options.postgresURL == "postgres://todo@db/todos")
         #expect(options.postgres.catchUpInterval == .milliseconds(250))
         #expect(options.postgres.stagingGuesses == 0)
+        #expect(options.postgres.commitFollowGrace == .microseconds(500))
         #expect(try resolve("postgres:\n  pool_size: 4\n").postgres.stagingGuesses == 16_384)
         #expect(
             message("postgres:\n  staging_cache_todos: -1\n")?.contains(

@@ -79,4 +79,50 @@ import Testing
             "the head heard while committing counts"
         )
     }
+
+    @Test func whileCommitsBringTheJournalAReadWaitsForTheNextCommit() {
+        var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        pace.commitBrought(at: at(10))
+        pace.heard(head: 20)
+        #expect(
+            pace.wake(cursor: 12, now: at(10), committing: { true }) == .skip,
+            "a batch is being committed: its answer brings 13...20 if they precede it, and its end wakes again"
+        )
+        #expect(
+            pace.wake(cursor: 12, now: at(11), committing: { true }) == .skip,
+            "not only once, unlike a read put off without such commits"
+        )
+        #expect(
+            pace.wake(cursor: 12, now: at(11), committing: { false }) == .wait(until: at(12)),
+            "between two batches: ask again once the grace has passed"
+        )
+        #expect(pace.wake(cursor: 12, now: at(12), committing: { false }) == .read, "no batch came: read")
+        pace.commitBrought(at: at(20))
+        #expect(pace.wake(cursor: 20, now: at(20), committing: { false }) == .skip, "the commit brought all of it")
+    }
+
+    @Test func aCommitThatBroughtNothingBringsTheUsualReadsBack() {
+        var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        pace.commitBrought(at: at(10))
+        pace.commitMissed()
+        pace.heard(head: 20)
+        #expect(pace.wake(cursor: 12, now: at(10), committing: { true }) == .skip, "put off once, as before")
+        #expect(pace.wake(cursor: 12, now: at(10), committing: { true }) == .read, "and then read")
+        pace.commitBrought(at: at(11))
+        pace.heard(head: 30)
+        #expect(pace.wake(cursor: 20, now: at(11), committing: { false }) == .wait(until: at(13)))
+        pace.connected()
+        #expect(pace.wake(cursor: 20, now: at(12), committing: { true }) == .read, "a new connection reads first")
+    }
+
+    @Test func commitsThatBringTheJournalStillLetItBeReadEveryInterval() {
+        var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        pace.heard(head: 5)
+        pace.commitBrought(at: at(999))
+        #expect(pace.wake(cursor: 3, now: at(999), committing: { true }) == .skip)
+        #expect(pace.wake(cursor: 3, now: at(1000), committing: { true }) == .read, "a notification may be lost")
+    }
 }

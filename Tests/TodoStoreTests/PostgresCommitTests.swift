@@ -1,5 +1,6 @@
 import EventStream
 import Foundation
+import NIOCore
 import Testing
 import TodoApp
 
@@ -115,6 +116,58 @@ import TodoApp
         let repeated = try results[2].get()
         #expect(repeated.duplicate && repeated.seq == 101 && repeated.broadcastPayload == new.broadcastPayload)
         #expect(try results[3].get().seq == 102)
+    }
+
+    // MARK: The entries a commit brings back (schema step 8)
+
+    typealias Row = PostgresStore.CommitCall.Row
+
+    func row(_ seqs: [Int64], origins: [String], head: Int64 = 100) -> Row {
+        Row(
+            head: head,
+            seqs: seqs,
+            types: seqs.map { _ in "ResponseTodoViewModel" },
+            payloads: seqs.map { ByteBuffer(string: "{\"n\":\($0)}") },
+            origins: origins,
+            mids: seqs.map { $0 == 12 ? "m-12" : "" }
+        )
+    }
+
+    @Test func aCommitsAnswerBecomesAPageOfTheEntriesBeforeItsBatch() throws {
+        let answer = row([11, 12, 13], origins: ["bbbb:1", "aaaa:4", ""])
+        let page = try #require(answer.followed(after: 10, through: 13, ownPrefix: "aaaa:"))
+        #expect(page.entries.map(\.entry.seq) == [11, 12, 13])
+        #expect(page.entries.map(\.withheld) == [false, true, false], "this process's own come without payloads")
+        #expect(page.entries[0].entry.payload == Array("{\"n\":11}".utf8))
+        #expect(page.entries[1].entry.payload.isEmpty)
+        #expect(page.entries[1].entry.mid == "m-12")
+        #expect(page.entries[0].entry.mid == nil, "an empty mid is none")
+        #expect(page.entries[2].origin == nil, "an empty origin is none")
+    }
+
+    @Test func aCommitsAnswerThatDoesNotLineUpIsNoPage() {
+        #expect(
+            row([11, 13], origins: ["b:1", "b:2"]).followed(after: 10, through: 13, ownPrefix: "a:") == nil,
+            "a gap"
+        )
+        #expect(
+            row([11, 12], origins: ["b:1", "b:2"]).followed(after: 10, through: 13, ownPrefix: "a:") == nil,
+            "short"
+        )
+        #expect(
+            row([12, 13], origins: ["b:1", "b:2"]).followed(after: 10, through: 13, ownPrefix: "a:") == nil,
+            "late"
+        )
+        var unequal = row([11, 12, 13], origins: ["b:1", "b:2", "b:3"])
+        unequal.types = ["ResponseTodoViewModel"]
+        #expect(unequal.followed(after: 10, through: 13, ownPrefix: "a:") == nil, "columns of different lengths")
+        let nothing = Row(head: 100, seqs: nil, types: nil, payloads: nil, origins: nil, mids: nil)
+        #expect(nothing.followed(after: 10, through: 13, ownPrefix: "a:") == nil, "too far behind: nothing came back")
+        let none = nothing.followed(after: 13, through: 13, ownPrefix: "a:")
+        #expect(
+            none?.entries.isEmpty == true && none?.isContiguous == true,
+            "nothing precedes the batch: an empty page"
+        )
     }
 }
 
