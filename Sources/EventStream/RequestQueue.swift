@@ -35,10 +35,24 @@ struct RequestQueue<Item> {
     @usableFromInline
     enum StopAction {
         case none
-        case resume(Waiter)
+        /// Hand the waiting consumer what is queued (nil: nothing, and nothing will come).
+        case resume(Waiter, [Item]?)
+    }
+
+    @usableFromInline
+    enum ExpireAction {
+        case none
+        /// Hand the gathering consumer what came meanwhile (perhaps nothing).
+        case resume(Waiter, [Item])
     }
 
     @usableFromInline var state: State = .running(waiter: nil)
+    /// While the consumer waits: requests it waits for, and the most it takes then.
+    @usableFromInline var want = 1
+    @usableFromInline var limit = Int.max
+    /// Counts the consumer's waits for more (`gather`), so that an old wait's timer cannot end
+    /// a newer one (`expire`).
+    @usableFromInline var gathering: UInt64 = 0
     @usableFromInline var items: [Item] = []
     @usableFromInline var head = 0
     @usableFromInline let capacity: Int
@@ -57,11 +71,12 @@ struct RequestQueue<Item> {
     @inlinable
     mutating func submit(_ item: Item) -> SubmitAction {
         guard case .running(let waiter) = state, count < capacity else { return .refused }
-        if let waiter {
-            state = .running(waiter: nil)
-            return .resume(waiter, [item])
-        }
         items.append(item)
+        if let waiter, count >= want {
+            state = .running(waiter: nil)
+            defer { (want, limit) = (1, .max) }
+            return .resume(waiter, takeBatch(limit: limit))
+        }
         return .queued
     }
 
@@ -89,6 +104,29 @@ struct RequestQueue<Item> {
         }
     }
 
+    /// The consumer, holding a batch, waits for `want` more requests (taking at most `limit`
+    /// of them) or until `expire(gathering:)` with the number this returns; `.batch` and
+    /// `.finished` as for `park`, when it need not wait.
+    @inlinable
+    mutating func gather(_ waiter: Waiter, want: Int, limit: Int) -> (TakeAction, UInt64) {
+        gathering &+= 1
+        let limit = max(1, limit)
+        if count >= want { return (.batch(takeBatch(limit: limit)), gathering) }
+        guard case .running = state else { return (take(), gathering) }
+        state = .running(waiter: waiter)
+        (self.want, self.limit) = (max(1, want), limit)
+        return (.wait, gathering)
+    }
+
+    /// The wait `gathering` is over: the consumer, if it still waits for it, takes what came.
+    @inlinable
+    mutating func expire(gathering: UInt64) -> ExpireAction {
+        guard gathering == self.gathering, case .running(let waiter?) = state else { return .none }
+        state = .running(waiter: nil)
+        defer { (want, limit) = (1, .max) }
+        return .resume(waiter, count > 0 ? takeBatch(limit: limit) : [])
+    }
+
     @inlinable
     mutating func stop() -> StopAction {
         switch state {
@@ -97,22 +135,28 @@ struct RequestQueue<Item> {
                 state = .stopping
                 return .none
             }
-            // Nothing is queued while the consumer waits.
+            defer { (want, limit) = (1, .max) }
+            // A consumer gathering more gets what came so far; the next take finishes.
+            if count > 0 {
+                state = .stopping
+                return .resume(waiter, takeBatch(limit: limit))
+            }
             state = .stopped
-            return .resume(waiter)
+            return .resume(waiter, nil)
         case .stopping, .stopped:
             return .none
         }
     }
 
     @inlinable
-    mutating func takeBatch() -> [Item] {
+    mutating func takeBatch(limit: Int = .max) -> [Item] {
         let available = count
-        if head == 0, available <= maxBatch {
+        let most = min(maxBatch, limit)
+        if head == 0, available <= most {
             defer { items = [] }
             return items
         }
-        let take = min(maxBatch, available)
+        let take = min(most, available)
         let batch = Array(items[head..<head + take])
         head += take
         if head == items.count {

@@ -28,6 +28,10 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     @usableFromInline let offload: Offload?
     /// Hand-overs given to `offload` and not yet made.
     @usableFromInline let offloaded = Atomic<Int>(0)
+    /// Whether a batch waits for more requests before it runs (its initial state).
+    @usableFromInline let gathering: BatchGathering
+    /// Whether gathering is worth it now (`BatchGathering`'s `shared`).
+    @usableFromInline let gatherWhen: @Sendable () -> Bool
 
     public typealias Offload = @Sendable (_ work: @escaping @Sendable () -> Void) -> Void
 
@@ -36,17 +40,25 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     ///   - maxBatch: requests run together at most.
     ///   - offload: runs hand-overs to the sink on another thread, one at a time in the
     ///     order given (see the type's documentation).
+    ///   - gatherFor: how long a batch may wait for more requests at most (`BatchGathering`);
+    ///     zero: never.
+    ///   - gatherWhen: asked before each batch whether it may wait (with PostgreSQL: whether
+    ///     other daemons commit too).
     public init(
         bus: EventBus<Event>,
         sink: any EventSink<Event>,
         capacity: Int,
         maxBatch: Int,
-        offload: Offload? = nil
+        offload: Offload? = nil,
+        gatherFor: Duration = .zero,
+        gatherWhen: @escaping @Sendable () -> Bool = { true }
     ) {
         self.bus = bus
         self.sink = sink
         self.queue = Mutex(RequestQueue(capacity: capacity, maxBatch: maxBatch))
         self.offload = offload
+        self.gathering = BatchGathering(maxWait: gatherFor, maxBatch: maxBatch)
+        self.gatherWhen = gatherWhen
     }
 
     /// Queues a request. False when the queue is full or the sequencer is stopping: the
@@ -70,9 +82,23 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     /// Inlinable, like `EventBus.run`, to be specialised for the app's event type.
     @inlinable
     public nonisolated(nonsending) func run() async {
-        while let batch = await nextBatch() {
+        var gathering = self.gathering
+        while var batch = await nextBatch() {
+            if gathering.maxWait > .zero,
+                case .wait(let want, let until) = gathering.decide(
+                    count: batch.count,
+                    now: .now,
+                    shared: gatherWhen()
+                )
+            {
+                batch += await gather(want: want - batch.count, limit: want - batch.count, until: until)
+            }
+            let started = ContinuousClock.now
             let deliveries = await bus.run(batch)
             let origins = batch.map(\.origin)
+            if gathering.maxWait > .zero {
+                gathering.ran(sessions: Set(origins.lazy.map(\.session)), duration: .now - started)
+            }
             stats.withLock { $0.record(batchSize: batch.count) }
             if let offload, offloaded.load(ordering: .acquiring) > 0 || queue.withLock({ $0.count }) > 0 {
                 offloaded.add(1, ordering: .relaxed)
@@ -92,7 +118,7 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
 
     /// Refuses new requests; `run` returns once the queued ones have run.
     public func stop() {
-        if case .resume(let waiter) = queue.withLock({ $0.stop() }) { waiter.resume(returning: nil) }
+        if case .resume(let waiter, let batch) = queue.withLock({ $0.stop() }) { waiter.resume(returning: batch) }
     }
 
     /// Requests waiting for the next batch.
@@ -100,6 +126,27 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
 
     /// Batches run, and requests in them.
     public var counts: SequencerStats { stats.withLock { $0 } }
+
+    /// Waits for `want` more requests, or until `until`, and returns those that came (at most
+    /// `limit`; none when the sequencer stops meanwhile).
+    @inlinable
+    nonisolated(nonsending) func gather(want: Int, limit: Int, until: ContinuousClock.Instant) async -> [Request] {
+        let more = await withCheckedContinuation { (continuation: RequestQueue<Request>.Waiter) in
+            let (action, wait) = queue.withLock { $0.gather(continuation, want: want, limit: limit) }
+            switch action {
+            case .wait:
+                Task { [self] in
+                    try? await Task.sleep(until: until, clock: .continuous)
+                    if case .resume(let waiter, let batch) = queue.withLock({ $0.expire(gathering: wait) }) {
+                        waiter.resume(returning: batch)
+                    }
+                }
+            case .batch(let batch): continuation.resume(returning: batch)
+            case .finished: continuation.resume(returning: nil)
+            }
+        }
+        return more ?? []
+    }
 
     @inlinable
     nonisolated(nonsending) func nextBatch() async -> [Request]? {

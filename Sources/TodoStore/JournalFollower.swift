@@ -46,6 +46,8 @@ final class JournalFollower: Sendable {
     /// The generation of the pool's client (`FailoverPool.clientGeneration`): when it changes,
     /// the pool has moved to another server and the follower connects again.
     private let poolClient: @Sendable () -> Int
+    /// Told each time another daemon's entries are published.
+    private let others: OtherCommitters?
     /// The newest seq handled, and which connection may move it on: a catch-up abandoned on a
     /// dead connection must not publish anything if it ever wakes up.
     private let cursor: NIOLockedValueBox<(generation: Int, seq: UInt64)>
@@ -63,7 +65,8 @@ final class JournalFollower: Sendable {
         publish: @escaping @Sendable ([JournalEntry]) -> Void,
         resynchronized: @escaping @Sendable (UInt64) -> Void,
         serverFailed: @escaping @Sendable (any Error) -> Void = { _ in },
-        poolClient: @escaping @Sendable () -> Int = { 0 }
+        poolClient: @escaping @Sendable () -> Int = { 0 },
+        others: OtherCommitters? = nil
     ) {
         self.connector = connector
         self.claims = claims
@@ -81,6 +84,7 @@ final class JournalFollower: Sendable {
         self.resynchronized = resynchronized
         self.serverFailed = serverFailed
         self.poolClient = poolClient
+        self.others = others
     }
 
     /// The newest seq handled (published, or left to the local path).
@@ -110,7 +114,10 @@ final class JournalFollower: Sendable {
                 guard !item.withheld else { return false }
                 foreign.append(item.entry)
             }
-            if !foreign.isEmpty { publish(foreign) }
+            if !foreign.isEmpty {
+                publish(foreign)
+                others?.saw()
+            }
             cursor.seq = page.through
         }
         if let through = claims.ownThrough(after: cursor.seq) { cursor.seq = through }
@@ -346,7 +353,10 @@ final class JournalFollower: Sendable {
                     guard !item.withheld else { return nil }
                     foreign.append(item.entry)
                 }
-                if !foreign.isEmpty { publish(foreign) }
+                if !foreign.isEmpty {
+                    publish(foreign)
+                    others?.saw()
+                }
                 cursor.seq = max(cursor.seq, upper)
                 return cursor.seq
             }

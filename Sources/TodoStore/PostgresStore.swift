@@ -40,6 +40,8 @@ public actor PostgresStore: ServedStore {
     /// The journal follower, once `follow` runs: a commit asks the database for the entries
     /// after its cursor and hands it those that came back (step 8).
     var follower: JournalFollower?
+    /// Whether other daemons have lately committed (their entries published here).
+    public nonisolated let otherCommitters = OtherCommitters()
     public internal(set) var commitLatency = LatencyHistogram()
     /// Commits since the journal was last pruned (`commit`).
     var commitsSincePrune = 0
@@ -620,7 +622,8 @@ public actor PostgresStore: ServedStore {
             publish: publish,
             resynchronized: resynchronized,
             serverFailed: { [pool] error in pool.report(error) },
-            poolClient: { [pool] in pool.clientGeneration }
+            poolClient: { [pool] in pool.clientGeneration },
+            others: otherCommitters
         )
         self.follower = follower
         await follower.run()

@@ -74,6 +74,7 @@ extension ConfigFile {
         if let value = int("store.max_batch") { options.maxBatch = value }
         if let value = int("store.sequencer_spin_us") { options.sequencerSpinMicroseconds = value }
         if let value = values["store.sequencer_handover_thread"] as? Bool { options.handOverThread = value }
+        if let value = int("store.sequencer_gather_us") { options.sequencerGatherMicroseconds = value }
         if let value = int("store.max_queued_requests") { options.maxQueuedRequests = value }
         if let value = values["store.synchronous"] as? String { options.synchronousFull = value == "full" }
         if let value = int("shutdown.drain_timeout_ms") { options.relay.drainTimeoutMs = value }

@@ -71,6 +71,7 @@ enum ConfigFile {
         "store.max_batch": .int(1...65_536),
         "store.sequencer_spin_us": .int(0...100_000),
         "store.sequencer_handover_thread": .bool,
+        "store.sequencer_gather_us": .int(0...100_000),
         "store.max_queued_requests": .int(1...10_000_000),
         "store.synchronous": .choice(["full", "normal"]),
         "shutdown.drain_timeout_ms": .int(0...600_000),

@@ -75,6 +75,18 @@ struct DaemonOptions: Sendable {
     /// more writes per second). A SQLite commit is short and on the sequencer's own thread:
     /// there the extra thread only costs CPU.
     var offloadHandOver: Bool { handOverThread ?? (engine == .postgres) }
+    /// How long a batch may wait for more requests (`BatchGathering`), in microseconds; nil:
+    /// by engine (`sequencerGather`).
+    var sequencerGatherMicroseconds: Int?
+
+    /// The gathering in force. With PostgreSQL, and only while other daemons commit too
+    /// (`gatherWhen`), clients that take turns share one commit instead of paying one per
+    /// group, and the daemons' commits take fewer turns at the ordering lock (two daemons on
+    /// one 2-core machine: about a quarter more writes per second). A SQLite commit is short:
+    /// there it stays off.
+    var sequencerGather: Duration {
+        .microseconds(sequencerGatherMicroseconds ?? (engine == .postgres ? 2000 : 0))
+    }
     /// Requests waiting for the sequencer at most.
     var maxQueuedRequests = 65_536
     var synchronousFull = true
@@ -219,6 +231,14 @@ final class Daemon: Sendable {
         }
     }
 
+    /// When a batch may wait for more requests: with PostgreSQL, while other daemons have
+    /// committed within the last second (their commits and this daemon's take turns at the
+    /// ordering lock); otherwise always (only when `store.sequencer_gather_us` is set).
+    private static func gatherWhen(_ store: any ServedStore) -> @Sendable () -> Bool {
+        guard let others = (store as? PostgresStore)?.otherCommitters else { return { true } }
+        return { others.committed(within: .seconds(1)) }
+    }
+
     /// Everything `start` does once the store is open.
     private static func wire(
         _ options: DaemonOptions,
@@ -251,7 +271,9 @@ final class Daemon: Sendable {
             sink: hub,
             capacity: capacity,
             maxBatch: options.maxBatch,
-            offload: offload
+            offload: offload,
+            gatherFor: options.sequencerGather,
+            gatherWhen: gatherWhen(store)
         )
 
         var options = options

@@ -249,6 +249,72 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
         }
     }
 
+    /// Runs `body` with a consumer's continuation; `body` returns what the queue handed back
+    /// to resume (nil: the test failed, and the continuation is resumed anyway so that the
+    /// test does not hang).
+    func consume(
+        _ body: (RequestQueue<Int>.Waiter) -> (RequestQueue<Int>.Waiter, [Int]?)?
+    ) async -> [Int]? {
+        await withCheckedContinuation { (waiter: RequestQueue<Int>.Waiter) in
+            if let (handed, batch) = body(waiter) {
+                handed.resume(returning: batch)
+            } else {
+                waiter.resume(returning: [-1])
+            }
+        }
+    }
+
+    @Test func aGatheringConsumerIsHandedTheBatchOnlyOnceAsManyAsItWantsCame() async {
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        let batch = await consume { waiter in
+            guard case .wait = queue.gather(waiter, want: 3, limit: 3).0 else { return nil }
+            guard case .queued = queue.submit(1), case .queued = queue.submit(2) else { return nil }
+            guard case .resume(let handed, let batch) = queue.submit(3) else { return nil }
+            return (handed, batch)
+        }
+        #expect(batch == [1, 2, 3], "fewer than it wants are queued; the third hands it all three")
+        _ = queue.submit(4)
+        guard case .batch([4]) = queue.take() else {
+            Issue.record("then it takes as before")
+            return
+        }
+    }
+
+    @Test func aGatheringWaitEndsWithWhatCameAndAnOldWaitsEndDoesNothing() async {
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        var first: UInt64 = 0
+        let early = await consume { waiter in
+            let (_, wait) = queue.gather(waiter, want: 5, limit: 2)
+            first = wait
+            for item in 1...3 { _ = queue.submit(item) }
+            guard case .resume(let handed, let batch) = queue.expire(gathering: wait) else { return nil }
+            return (handed, batch)
+        }
+        #expect(early == [1, 2], "its own end hands it what came, at most the limit")
+        let late = await consume { waiter in
+            let (action, wait) = queue.gather(waiter, want: 5, limit: 10)
+            guard case .wait = action, case .none = queue.expire(gathering: first) else { return nil }
+            guard case .resume(let handed, let batch) = queue.expire(gathering: wait) else { return nil }
+            return (handed, batch)
+        }
+        #expect(late == [3], "the first wait's end did not end the second")
+    }
+
+    @Test func stoppingHandsAGatheringConsumerWhatCameThenFinishes() async {
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        let batch = await consume { waiter in
+            _ = queue.gather(waiter, want: 4, limit: 4)
+            _ = queue.submit(1)
+            guard case .resume(let handed, let batch) = queue.stop() else { return nil }
+            return (handed, batch)
+        }
+        #expect(batch == [1])
+        guard case .finished = queue.take() else {
+            Issue.record("then the queue is finished")
+            return
+        }
+    }
+
     @Test func takingInBatchesKeepsOrderAcrossManyItems() {
         var queue = RequestQueue<Int>(capacity: 100_000, maxBatch: 7)
         for item in 0..<10_000 { _ = queue.submit(item) }
