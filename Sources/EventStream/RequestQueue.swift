@@ -7,8 +7,8 @@ struct RequestQueue<Item> {
 
     @usableFromInline
     enum State {
-        /// Accepting requests; the consumer waits for some when `waiter` is set.
-        case running(waiter: Waiter?)
+        /// Accepting requests; the consumer waits for some when `parked` is set.
+        case running(parked: Parked?)
         /// No new requests; the consumer takes what is left, then hears nil.
         case stopping
         /// The consumer has heard nil.
@@ -46,10 +46,20 @@ struct RequestQueue<Item> {
         case resume(Waiter, [Item])
     }
 
-    @usableFromInline var state: State = .running(waiter: nil)
-    /// While the consumer waits: requests it waits for, and the most it takes then.
-    @usableFromInline var want = 1
-    @usableFromInline var limit = Int.max
+    /// The waiting consumer: resumed once `want` requests are queued, with at most `limit`.
+    @usableFromInline
+    struct Parked {
+        @usableFromInline let waiter: Waiter
+        @usableFromInline let want: Int
+        @usableFromInline let limit: Int
+
+        @inlinable
+        init(_ waiter: Waiter, want: Int = 1, limit: Int = .max) {
+            (self.waiter, self.want, self.limit) = (waiter, want, limit)
+        }
+    }
+
+    @usableFromInline var state: State = .running(parked: nil)
     /// Counts the consumer's waits for more (`gather`), so that an old wait's timer cannot end
     /// a newer one (`expire`).
     @usableFromInline var gathering: UInt64 = 0
@@ -70,12 +80,11 @@ struct RequestQueue<Item> {
 
     @inlinable
     mutating func submit(_ item: Item) -> SubmitAction {
-        guard case .running(let waiter) = state, count < capacity else { return .refused }
+        guard case .running(let parked) = state, count < capacity else { return .refused }
         items.append(item)
-        if let waiter, count >= want {
-            state = .running(waiter: nil)
-            defer { (want, limit) = (1, .max) }
-            return .resume(waiter, takeBatch(limit: limit))
+        if let parked, count >= parked.want {
+            state = .running(parked: nil)
+            return .resume(parked.waiter, takeBatch(limit: parked.limit))
         }
         return .queued
     }
@@ -97,7 +106,7 @@ struct RequestQueue<Item> {
     mutating func park(_ waiter: Waiter) -> TakeAction {
         switch take() {
         case .wait:
-            state = .running(waiter: waiter)
+            state = .running(parked: Parked(waiter))
             return .wait
         case let other:
             return other
@@ -113,36 +122,33 @@ struct RequestQueue<Item> {
         let limit = max(1, limit)
         if count >= want { return (.batch(takeBatch(limit: limit)), gathering) }
         guard case .running = state else { return (take(), gathering) }
-        state = .running(waiter: waiter)
-        (self.want, self.limit) = (max(1, want), limit)
+        state = .running(parked: Parked(waiter, want: max(1, want), limit: limit))
         return (.wait, gathering)
     }
 
     /// The wait `gathering` is over: the consumer, if it still waits for it, takes what came.
     @inlinable
     mutating func expire(gathering: UInt64) -> ExpireAction {
-        guard gathering == self.gathering, case .running(let waiter?) = state else { return .none }
-        state = .running(waiter: nil)
-        defer { (want, limit) = (1, .max) }
-        return .resume(waiter, count > 0 ? takeBatch(limit: limit) : [])
+        guard gathering == self.gathering, case .running(let parked?) = state else { return .none }
+        state = .running(parked: nil)
+        return .resume(parked.waiter, count > 0 ? takeBatch(limit: parked.limit) : [])
     }
 
     @inlinable
     mutating func stop() -> StopAction {
         switch state {
-        case .running(let waiter):
-            guard let waiter else {
+        case .running(let parked):
+            guard let parked else {
                 state = .stopping
                 return .none
             }
-            defer { (want, limit) = (1, .max) }
             // A consumer gathering more gets what came so far; the next take finishes.
             if count > 0 {
                 state = .stopping
-                return .resume(waiter, takeBatch(limit: limit))
+                return .resume(parked.waiter, takeBatch(limit: parked.limit))
             }
             state = .stopped
-            return .resume(waiter, nil)
+            return .resume(parked.waiter, nil)
         case .stopping, .stopped:
             return .none
         }

@@ -91,7 +91,7 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
                     shared: gatherWhen()
                 )
             {
-                batch += await gather(want: want - batch.count, limit: want - batch.count, until: until)
+                batch += await gather(want - batch.count, until: until)
             }
             let started = ContinuousClock.now
             let deliveries = await bus.run(batch)
@@ -127,12 +127,12 @@ public final class Sequencer<Event: StreamEvent>: Sendable {
     /// Batches run, and requests in them.
     public var counts: SequencerStats { stats.withLock { $0 } }
 
-    /// Waits for `want` more requests, or until `until`, and returns those that came (at most
-    /// `limit`; none when the sequencer stops meanwhile).
+    /// Waits for `count` more requests, or until `until`, and returns those that came (at
+    /// most `count`; none when the sequencer stops meanwhile).
     @inlinable
-    nonisolated(nonsending) func gather(want: Int, limit: Int, until: ContinuousClock.Instant) async -> [Request] {
+    nonisolated(nonsending) func gather(_ count: Int, until: ContinuousClock.Instant) async -> [Request] {
         let more = await withCheckedContinuation { (continuation: RequestQueue<Request>.Waiter) in
-            let (action, wait) = queue.withLock { $0.gather(continuation, want: want, limit: limit) }
+            let (action, wait) = queue.withLock { $0.gather(continuation, want: count, limit: count) }
             switch action {
             case .wait:
                 Task { [self] in

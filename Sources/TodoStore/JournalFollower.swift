@@ -106,21 +106,28 @@ final class JournalFollower: Sendable {
     /// the page starts after the cursor or holds an entry of this process whose payload it
     /// lacks (a batch abandoned: the follower reads it).
     private func take(_ page: FollowedPage, cursor: inout (generation: Int, seq: UInt64)) -> Bool {
-        guard cursor.seq >= page.after, page.isContiguous else { return false }
-        if cursor.seq < page.through {
-            var foreign: [JournalEntry] = []
-            for item in page.entries where item.entry.seq > cursor.seq {
-                guard !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) else { continue }
-                guard !item.withheld else { return false }
-                foreign.append(item.entry)
-            }
-            if !foreign.isEmpty {
-                publish(foreign)
-                others?.saw()
-            }
-            cursor.seq = page.through
-        }
+        guard cursor.seq >= page.after, page.isContiguous, publish(page, after: &cursor.seq) else { return false }
         if let through = claims.ownThrough(after: cursor.seq) { cursor.seq = through }
+        return true
+    }
+
+    /// Publishes the entries of `page` after `seq` (the cursor, under its lock) that other
+    /// processes wrote, and moves `seq` to the page's end: what a read of the journal and a
+    /// commit's answer both come to. False, with nothing published and `seq` unmoved, when an
+    /// entry of this process lacks its payload (a batch abandoned since the page was read).
+    private func publish(_ page: FollowedPage, after seq: inout UInt64) -> Bool {
+        guard seq < page.through else { return true }
+        var foreign: [JournalEntry] = []
+        for item in page.entries where item.entry.seq > seq {
+            guard !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) else { continue }
+            guard !item.withheld else { return false }
+            foreign.append(item.entry)
+        }
+        if !foreign.isEmpty {
+            publish(foreign)
+            others?.saw()
+        }
+        seq = page.through
         return true
     }
 
@@ -317,27 +324,28 @@ final class JournalFollower: Sendable {
         let target = UInt64(max(0, min(head, trusted)))
         // What the first statement read: the entries after `from` through `firstUpper`.
         let firstUpper = min(UInt64(max(0, min(head, durable))), from + Self.pageSize)
-        var read: (upper: UInt64, entries: [PostgresStore.FollowedEntry])? =
-            firstUpper > from ? (firstUpper, first.entries) : nil
+        var read: FollowedPage? =
+            firstUpper > from ? FollowedPage(after: from, through: firstUpper, entries: first.entries) : nil
         while from < target {
-            let upper: UInt64
-            let entries: [PostgresStore.FollowedEntry]
-            if let page = read {
-                (upper, entries) = page
+            let page: FollowedPage
+            if let first = read {
+                page = first
                 read = nil
             } else {
-                upper = min(target, from + Self.pageSize)
-                entries = try await PostgresStore.originEntries(
-                    on: connection,
+                let upper = min(target, from + Self.pageSize)
+                page = FollowedPage(
                     after: from,
                     through: upper,
-                    withholding: claims.withheld(),
-                    logger: logger
+                    entries: try await PostgresStore.originEntries(
+                        on: connection,
+                        after: from,
+                        through: upper,
+                        withholding: claims.withheld(),
+                        logger: logger
+                    )
                 )
             }
-            guard entries.first?.entry.seq == from + 1, entries.last?.entry.seq == upper,
-                entries.count == Int(upper - from)
-            else {
+            guard page.isContiguous else {
                 from = try await resynchronize(on: connection, generation: generation, after: from)
                 continue
             }
@@ -345,19 +353,9 @@ final class JournalFollower: Sendable {
             // process brought (`commitAnswered`): only what follows it is published.
             let current = cursor.withLockedValue { cursor -> UInt64?? in
                 guard cursor.generation == generation, cursor.seq >= from else { return .some(nil) }
-                var foreign: [JournalEntry] = []
-                for item in entries where item.entry.seq > cursor.seq {
-                    guard !claims.passedByFollower(origin: item.origin, seq: item.entry.seq) else { continue }
-                    // A batch of this process abandoned since the read: read the page again,
-                    // with its payloads.
-                    guard !item.withheld else { return nil }
-                    foreign.append(item.entry)
-                }
-                if !foreign.isEmpty {
-                    publish(foreign)
-                    others?.saw()
-                }
-                cursor.seq = max(cursor.seq, upper)
+                // A batch of this process abandoned since the read: read the page again, with
+                // its payloads.
+                guard publish(page, after: &cursor.seq) else { return nil }
                 return cursor.seq
             }
             guard let current else { continue }
@@ -375,10 +373,11 @@ struct FollowedPage: Sendable {
     let entries: [PostgresStore.FollowedEntry]
 
     /// Whether the entries are exactly the seqs after `after` through `through`, one each (a
-    /// pruned journal leaves some out).
+    /// pruned journal leaves some out). They come in seq order and seqs are unique, so the
+    /// first, the last and the count tell.
     var isContiguous: Bool {
         guard through > after else { return entries.isEmpty }
-        guard entries.count == Int(through - after) else { return false }
-        return entries.enumerated().allSatisfy { index, item in item.entry.seq == after + 1 + UInt64(index) }
+        return entries.first?.entry.seq == after + 1 && entries.last?.entry.seq == through
+            && entries.count == Int(through - after)
     }
 }

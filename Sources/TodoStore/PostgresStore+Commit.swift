@@ -583,9 +583,7 @@ extension PostgresStore {
             /// The entries as the journal follower's page of `after...through`; nil when none
             /// came back although some precede the batch, or when they do not line up.
             func followed(after: UInt64, through: UInt64, ownPrefix: String) -> FollowedPage? {
-                guard through > after else {
-                    return FollowedPage(after: after, through: max(after, through), entries: [])
-                }
+                guard through > after else { return FollowedPage(after: after, through: after, entries: []) }
                 guard let seqs, let types, let payloads, let origins, let mids,
                     seqs.count == types.count, seqs.count == payloads.count, seqs.count == origins.count,
                     seqs.count == mids.count
