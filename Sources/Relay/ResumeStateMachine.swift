@@ -17,7 +17,11 @@ struct ResumeStateMachine {
         /// The newest seq broadcast on the session's loop when the resume began.
         let current: UInt64
         /// Replayed from the journal up to here: the greeting's seq, or `current` if lower (the
-        /// client cannot have received these live).
+        /// client cannot have received these live). When live output was held since the
+        /// greeting, up to the newest seq the hub had released when the resume began: the
+        /// client already saw replies to writes up to there, perhaps on another connection,
+        /// while their broadcasts were still on their way to this loop. They reach the session
+        /// during the replay, are held, and are dropped as replayed.
         let replayThrough: UInt64
         /// The newest seq the client has once the replay is done, replayed or received live.
         let covered: UInt64
@@ -102,27 +106,43 @@ struct ResumeStateMachine {
 
     /// The client sent `resume`. `heldSinceStart` is the live output held since the greeting
     /// (nil when none was); `helloSeq` the seq the greeting named; `current` the newest seq
-    /// broadcast on the session's loop.
+    /// broadcast on the session's loop; `released` the newest seq the hub has released to
+    /// every loop (at least `current`; every broadcast up to it is already posted to this
+    /// loop, ahead of the replay's end).
     mutating func resumeRequested(
         epoch: String,
         after: UInt64,
         heldSinceStart: HeldOutput?,
         helloSeq: UInt64,
         current: UInt64,
+        released: UInt64,
         pageSize: Int
     ) -> StartAction {
         guard case .idle = state else { return .none }
         // Broadcasts held since the greeting stay held, behind the replay: then the replay
-        // covers everything up to the greeting's seq; otherwise the client may have received
-        // everything up to `current` live already.
-        let plan = Plan(
-            epoch: epoch,
-            after: after,
-            current: current,
-            replayThrough: min(helloSeq, current),
-            covered: heldSinceStart == nil ? current : helloSeq,
-            pageSize: UInt64(max(1, pageSize))
-        )
+        // covers everything up to the greeting's seq and on to `released`; otherwise the client
+        // may have received everything up to `current` live already.
+        let plan: Plan
+        if heldSinceStart == nil {
+            plan = Plan(
+                epoch: epoch,
+                after: after,
+                current: current,
+                replayThrough: min(helloSeq, current),
+                covered: current,
+                pageSize: UInt64(max(1, pageSize))
+            )
+        } else {
+            let through = max(helloSeq, released)
+            plan = Plan(
+                epoch: epoch,
+                after: after,
+                current: current,
+                replayThrough: through,
+                covered: through,
+                pageSize: UInt64(max(1, pageSize))
+            )
+        }
         state = .replaying(plan, held: heldSinceStart ?? HeldOutput())
         return .replay(plan)
     }
@@ -161,11 +181,12 @@ struct ResumeStateMachine {
         case .abandoned:
             state = .idle
             return .answer(release: [])
-        case .replaying(_, let held):
+        case .replaying(let plan, let held):
             state = .idle
-            // Live broadcasts the client already had before (seq <= after) are not sent twice.
+            // Live broadcasts the client already had before (seq <= after) or that were just
+            // replayed are not sent twice.
             var skipThrough: UInt64 = 0
-            if case .resumed(let from, _) = outcome { skipThrough = from - 1 }
+            if case .resumed(let from, _) = outcome { skipThrough = max(from - 1, plan.replayThrough) }
             return .answer(release: held.frames(after: skipThrough))
         }
     }

@@ -560,6 +560,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
             current: services.hub.shard(for: loop)?.lastSeq ?? helloSeq,
+            released: services.hub.seq,
             pageSize: configuration.resumePageSize
         )
         guard case .replay(let plan) = action else { return }

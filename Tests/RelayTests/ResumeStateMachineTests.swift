@@ -13,6 +13,7 @@ import Testing
         heldSinceStart: HeldOutput? = nil,
         helloSeq: UInt64 = 10,
         current: UInt64 = 12,
+        released: UInt64? = nil,
         pageSize: Int = 4
     ) -> ResumeStateMachine.Plan? {
         let action = machine.resumeRequested(
@@ -21,6 +22,7 @@ import Testing
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
             current: current,
+            released: released ?? current,
             pageSize: pageSize
         )
         guard case .replay(let plan) = action else { return nil }
@@ -41,11 +43,42 @@ import Testing
         #expect(plan.resumed == .resumed(from: 4, to: 12))
     }
 
-    @Test func heldSinceStartTheReplayCoversOnlyTheGreeting() throws {
+    @Test func heldSinceStartTheReplayCoversWhatWasHeld() throws {
+        // 11 and 12 were held since the greeting: they are replayed in order with the rest.
         var machine = ResumeStateMachine()
         let plan = try #require(start(&machine, after: 3, heldSinceStart: HeldOutput()))
-        #expect(plan.covered == 10)
-        #expect(plan.resumed == .resumed(from: 4, to: 10))
+        #expect(plan.replayThrough == 12)
+        #expect(plan.covered == 12)
+        #expect(plan.resumed == .resumed(from: 4, to: 12))
+    }
+
+    @Test func heldSinceStartTheReplayGoesOnToWhatTheHubReleased() throws {
+        // Seqs 11 and 12 reached the loop and were held; 13 and 14 were released (their
+        // writers may already have their replies) but had not reached the loop yet.
+        var machine = ResumeStateMachine()
+        var held = HeldOutput()
+        _ = held.append(frame("s11"), seq: 11, maxBytes: 1_000, maxFrames: 100)
+        _ = held.append(frame("s12"), seq: 12, maxBytes: 1_000, maxFrames: 100)
+        let plan = try #require(start(&machine, after: 3, heldSinceStart: held, released: 14))
+        #expect(plan.replayThrough == 14)
+        #expect(plan.resumed == .resumed(from: 4, to: 14))
+        // They arrive during the replay and are held like the rest.
+        for seq: UInt64 in 13...15 {
+            #expect(machine.hold(frame("s\(seq)"), seq: seq, maxBytes: 1_000, maxFrames: 100) == .held)
+        }
+        // The replay sent 4...14; only 15 is left to send.
+        #expect(machine.replayEnded(plan.resumed) == .answer(release: [frame("s15")]))
+    }
+
+    @Test func notHeldSinceStartTheReplayStopsAtTheGreeting() throws {
+        // The client may have received 11 and 12 live: the replay covers only the greeting's
+        // seq, and what is on its way arrives live after `resumed`.
+        var machine = ResumeStateMachine()
+        let plan = try #require(start(&machine, after: 3, released: 14))
+        #expect(plan.replayThrough == 10)
+        #expect(plan.resumed == .resumed(from: 4, to: 12))
+        #expect(machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100) == .held)
+        #expect(machine.replayEnded(plan.resumed) == .answer(release: [frame("s13")]))
     }
 
     @Test func nothingMissedReportsAnEmptyRange() throws {
