@@ -22,12 +22,32 @@
 ///
 /// Either way the journal is read at least every `interval` (a notification may be lost), and
 /// always first on a new connection.
+///
+/// Whether other daemons' commits notify this follower (schema step 9): it wants them to
+/// (holds the listen key) unless this process's commits have brought the journal for
+/// `quietAfter` in a row. Then a wake-up during a commit is `.quiet`: the key is released, and
+/// committers stop notifying it. Any read (the grace after the last commit has passed, a
+/// commit brought nothing usable, the periodic read, a new connection) first takes the key
+/// again (`.wantThenRead`), so nothing committed before that read goes unread, and everything
+/// after it is notified.
 struct CatchUpStateMachine: Sendable {
     enum Action: Hashable, Sendable {
         case read
+        /// Take the listen key (notifications resume), then read.
+        case wantThenRead
         case skip
+        /// Release the listen key: this process's commits bring the journal, so other
+        /// daemons' commits need not notify it. Nothing is read.
+        case quiet
         /// Ask again at this time.
         case wait(until: ContinuousClock.Instant)
+    }
+
+    /// Whether the follower holds the listen key.
+    enum Notifications: Hashable, Sendable {
+        case wanted
+        /// Not held: on a new connection, or released (`.quiet`).
+        case quiet
     }
 
     private enum State: Sendable {
@@ -48,26 +68,48 @@ struct CatchUpStateMachine: Sendable {
     /// When the last commit of this process brought the journal up to its batch; nil when the
     /// last one did not.
     private var brought: ContinuousClock.Instant?
+    /// How long this process's commits must have brought the journal, with no read in
+    /// between, before the follower stops wanting notifications.
+    let quietAfter: Duration
+    /// When the commits began to bring the journal without a read since; nil when the last
+    /// commit did not, or a read came after.
+    private var broughtSince: ContinuousClock.Instant?
+    private(set) var notifications = Notifications.quiet
 
-    init(interval: Duration, grace: Duration = .milliseconds(2)) {
+    init(interval: Duration, grace: Duration = .milliseconds(2), quietAfter: Duration? = nil) {
         self.interval = interval
         self.grace = grace
+        self.quietAfter = quietAfter ?? grace * 10
     }
 
     /// A commit of this process brought the journal up to its batch at `now`.
     mutating func commitBrought(at now: ContinuousClock.Instant) {
         brought = now
+        if broughtSince == nil { broughtSince = now }
     }
 
     /// A commit of this process brought nothing usable (or failed): reads go on as usual.
     mutating func commitMissed() {
         brought = nil
+        broughtSince = nil
     }
 
-    /// A new connection: read first, forget what was heard on the old one.
+    /// A new connection: read first (taking the listen key, which went with the old
+    /// connection), forget what was heard on the old one.
     mutating func connected() {
         state = .unread
         notified = 0
+        notifications = .quiet
+        broughtSince = nil
+    }
+
+    /// Reading now, at `now`: with the listen key taken first when it is not held.
+    private mutating func read(at now: ContinuousClock.Instant) -> Action {
+        state = .reading(lastRead: now)
+        broughtSince = nil
+        guard notifications == .quiet else { return .read }
+        notifications = .wanted
+        return .wantThenRead
     }
 
     /// A notification carried `head`: whether it wakes the follower. While a batch of this
@@ -91,18 +133,24 @@ struct CatchUpStateMachine: Sendable {
         let deferred: Bool
         switch state {
         case .unread:
-            state = .reading(lastRead: now)
-            return .read
+            return read(at: now)
         case .reading(let last):
             (lastRead, deferred) = (last, false)
         case .deferred(let last):
             (lastRead, deferred) = (last, true)
         }
-        guard now - lastRead < interval else {
-            state = .reading(lastRead: now)
-            return .read
+        guard now - lastRead < interval else { return read(at: now) }
+        // Commits have brought the journal for a while and one is under way (its end wakes the
+        // follower again): other daemons' commits need not notify this one.
+        if notifications == .wanted, brought != nil, let since = broughtSince, now - since >= quietAfter,
+            committing()
+        {
+            notifications = .quiet
+            return .quiet
         }
-        if notified <= cursor {
+        // Nothing was committed past the cursor, as far as notifications tell: they tell only
+        // while the follower wants them.
+        if notifications == .wanted, notified <= cursor {
             state = .reading(lastRead: lastRead)
             return .skip
         }
@@ -114,7 +162,6 @@ struct CatchUpStateMachine: Sendable {
             state = .deferred(lastRead: lastRead)
             return .skip
         }
-        state = .reading(lastRead: now)
-        return .read
+        return read(at: now)
     }
 }

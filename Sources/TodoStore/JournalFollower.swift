@@ -241,12 +241,61 @@ final class JournalFollower: Sendable {
             try await Task.sleep(until: until, clock: .continuous)
             decision = shouldRead(generation: generation)
         }
-        guard decision == .read else { return }
+        let want: Bool
+        switch decision {
+        case .skip, .wait:
+            return
+        case .quiet:
+            try await PostgresClient.run(
+                within: connector.settings.acquireTimeout,
+                onTimeout: { connection.close() },
+                { try await Self.listenKey(.quiet, on: connection, logger: self.logger) }
+            )
+            return
+        case .read:
+            want = false
+        case .wantThenRead:
+            want = true
+        }
+        let short = try await PostgresClient.run(
+            within: connector.settings.acquireTimeout,
+            onTimeout: { connection.close() },
+            {
+                if want { try await Self.listenKey(.wanted, on: connection, logger: self.logger) }
+                return try await self.catchUp(on: connection, generation: generation)
+            }
+        )
+        // A commit that found nobody wanting notifications just before the key was taken may
+        // still be flushing: its entries are read once they are durable, a grace later (and
+        // flushed by this follower if they still are not), not on a notification it never sends.
+        guard want, short else { return }
+        try await Task.sleep(for: connector.settings.commitFollowGrace)
         try await PostgresClient.run(
             within: connector.settings.acquireTimeout,
             onTimeout: { connection.close() },
-            { try await self.catchUp(on: connection, generation: generation) }
+            { _ = try await self.catchUp(on: connection, generation: generation) }
         )
+    }
+
+    /// Takes (`.wanted`) or releases (`.quiet`) the listen key on the LISTEN connection, in
+    /// one round trip: while it is held, commits notify (schema step 9). A quiet follower also
+    /// stops LISTENing, so that the notifications another daemon's follower wants do not wake
+    /// it (and its backend) too; it LISTENs again before it takes the key. Taking the key
+    /// waits for a commit's first transaction that holds it.
+    private static func listenKey(
+        _ notifications: CatchUpStateMachine.Notifications,
+        on connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        let key = PostgresMigrations.listenKey
+        let statement: String
+        switch notifications {
+        case .wanted:
+            statement = "DO $$BEGIN LISTEN \(journalChannel); PERFORM pg_advisory_lock_shared(\(key)); END$$"
+        case .quiet:
+            statement = "DO $$BEGIN PERFORM pg_advisory_unlock_shared(\(key)); UNLISTEN \(journalChannel); END$$"
+        }
+        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
     }
 
     /// The journal no longer holds what follows `after` (pruned while this daemon was behind):
@@ -301,7 +350,10 @@ final class JournalFollower: Sendable {
     /// Entries committed but not yet durable wait for the notification their flush sends. If
     /// two catch-ups in a row find the durable head short of the head and not moved (a flush
     /// that never came: its connection was cut between the two commits), this one flushes.
-    private func catchUp(on connection: PostgresConnection, generation: Int) async throws {
+    ///
+    /// Returns whether the durable head was short of the head.
+    @discardableResult
+    private func catchUp(on connection: PostgresConnection, generation: Int) async throws -> Bool {
         var from = handled
         let first = try await PostgresStore.durableEntries(
             on: connection,
@@ -362,6 +414,7 @@ final class JournalFollower: Sendable {
             guard let current else { throw DatabaseUnavailable() }
             from = current
         }
+        return durable < head
     }
 }
 

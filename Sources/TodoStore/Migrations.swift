@@ -103,6 +103,9 @@ enum Migrations {
         // 8: on PostgreSQL, a commit that answers with the other daemons' entries before its
         // batch (see there). Nothing changes here; the step keeps both engines' versions in step.
         ["SELECT 1"],
+        // 9: on PostgreSQL, a commit notifies only when a journal follower wants it (see
+        // there). Nothing changes here; the step keeps both engines' versions in step.
+        ["SELECT 1"],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

@@ -69,8 +69,11 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
     public var catchUpInterval: Duration = .seconds(1)
     /// While this daemon's commits bring other daemons' journal entries along, how long after
     /// such a commit the journal follower waits for the next one before it reads itself
-    /// (`CatchUpStateMachine`); zero reads at once.
-    public var commitFollowGrace: Duration = .milliseconds(2)
+    /// (`CatchUpStateMachine`); zero reads at once. Ten times this of such commits, and it
+    /// stops wanting notifications (schema step 9). Longer than a batch's usual wait for more
+    /// requests (`store.sequencer_gather_us`), so that a daemon that keeps committing does not
+    /// read, and want notifications again, between two of its batches.
+    public var commitFollowGrace: Duration = .milliseconds(5)
     /// Todos whose last written state a daemon keeps to stage a batch of writes without
     /// reading them first (`StagingGuesses`); 0 reads every batch's todos.
     public var stagingGuesses: Int = 16_384

@@ -201,7 +201,7 @@ extension PostgresStore {
             known = nil
             recordHealth(up: false, error)
             logger.warning(
-                "a commit got no answer; asking the database whether it happened",
+                "a commit got no answer, or an error that may have come after it committed; asking the database whether it happened",
                 metadata: ["origin": "\(origin)", "reason": "\(Self.describe(error))"]
             )
             if let first = await resolve(origin, after: staged.headAtRead) {
@@ -397,13 +397,16 @@ extension PostgresStore {
         }
     }
 
-    /// True when the server answered the commit with an error (and so rolled it back): not a
-    /// lost connection, whose outcome is unknown.
+    /// True when the server answered the commit with an error that only its first transaction
+    /// can raise (so it rolled back): bad data (classes 22 and 23), or a statement or procedure
+    /// the database lacks (42). Any other error, like a lost connection, may have come after
+    /// the batch committed (schema step 9's second transaction has no exception block of its
+    /// own): its outcome is asked of the journal.
     static func refused(_ error: any Error) -> Bool {
         guard let error = error as? PSQLError, error.code == .server,
             let state = error.serverInfo?[.sqlState]
         else { return false }
-        return !state.hasPrefix("57") && !state.hasPrefix("08") && state != flushNotConfirmed
+        return ["22", "23", "42"].contains { state.hasPrefix($0) }
     }
 
     /// Applies the writes in order to the todos read; seqs count from 1 within the batch. A
@@ -563,12 +566,12 @@ extension PostgresStore {
         return (answer.head, answer.followed(after: follow.after, through: through, ownPrefix: follow.ownPrefix))
     }
 
-    /// `CALL todostream_commit_follow`, prepared once per connection (postgres-nio keeps it by
-    /// name), so that a commit sends no statement text to parse: only its values.
+    /// `CALL todostream_commit_batch` (schema step 9), prepared once per connection (postgres-nio
+    /// keeps it by name), so that a commit sends no statement text to parse: only its values.
     struct CommitCall: PostgresPreparedStatement {
-        static let name = "todostream_commit_follow_8"
+        static let name = "todostream_commit_batch_9"
         static let sql =
-            "CALL todostream_commit_follow(" + (1...21).map { "$\($0)" }.joined(separator: ",")
+            "CALL todostream_commit_batch(" + (1...21).map { "$\($0)" }.joined(separator: ",")
             + ", NULL, NULL, NULL, NULL, NULL, NULL)"
 
         /// The new head (-1: nothing written), and the entries the commit brought back.

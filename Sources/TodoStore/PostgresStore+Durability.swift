@@ -48,8 +48,4 @@ extension PostgresStore {
           FOR UPDATE SKIP LOCKED
         )
         """
-
-    /// SQLSTATE of `todostream_commit_flush` when its batch committed but the flush after it
-    /// failed: the outcome is known to the database only (in doubt, like a lost answer).
-    static let flushNotConfirmed = "TSF01"
 }

@@ -25,7 +25,7 @@ struct DaemonOptions: Sendable {
         var poolSize = 8
         var timeout: Duration = .seconds(5)
         var catchUpInterval: Duration = .seconds(1)
-        var commitFollowGrace: Duration = .milliseconds(2)
+        var commitFollowGrace: Duration = .milliseconds(5)
         var startupTimeout: Duration = .seconds(30)
         var maxPendingWrites = 16_384
         var stagingGuesses = 16_384

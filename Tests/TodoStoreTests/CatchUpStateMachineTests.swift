@@ -11,18 +11,21 @@ import Testing
 
     @Test func aNewConnectionReadsFirstAndThenOnlyWhatWentFurtherThanTheCursor() {
         var pace = CatchUpStateMachine(interval: interval)
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead, "taking the listen key")
         pace.heard(head: 10)
         #expect(pace.wake(cursor: 10, now: at(5), committing: { false }) == .skip, "its own commits reached 10")
         pace.heard(head: 12)
         #expect(pace.wake(cursor: 10, now: at(6), committing: { false }) == .read, "11 and 12 are someone else's")
         pace.connected()
-        #expect(pace.wake(cursor: 12, now: at(7), committing: { false }) == .read, "a new connection reads first")
+        #expect(
+            pace.wake(cursor: 12, now: at(7), committing: { false }) == .wantThenRead,
+            "a new connection reads first, with the listen key taken again"
+        )
     }
 
     @Test func theJournalIsReadAtLeastOnceAnInterval() {
         var pace = CatchUpStateMachine(interval: interval)
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead)
         #expect(pace.wake(cursor: 0, now: at(999), committing: { false }) == .skip)
         #expect(pace.wake(cursor: 0, now: at(1000), committing: { false }) == .read, "a notification may be lost")
         #expect(pace.wake(cursor: 0, now: at(1500), committing: { false }) == .skip, "counted from the last read")
@@ -30,7 +33,7 @@ import Testing
 
     @Test func aReadIsPutOffOnceForABatchOfThisProcessBeingCommitted() {
         var pace = CatchUpStateMachine(interval: interval)
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { true }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { true }) == .wantThenRead)
         pace.heard(head: 5)
         #expect(pace.wake(cursor: 0, now: at(1), committing: { true }) == .skip, "likely that batch's own")
         #expect(pace.wake(cursor: 0, now: at(2), committing: { true }) == .read, "only once: another daemon's waits")
@@ -82,7 +85,7 @@ import Testing
 
     @Test func whileCommitsBringTheJournalAReadWaitsForTheNextCommit() {
         var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead)
         pace.commitBrought(at: at(10))
         pace.heard(head: 20)
         #expect(
@@ -104,7 +107,7 @@ import Testing
 
     @Test func aCommitThatBroughtNothingBringsTheUsualReadsBack() {
         var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead)
         pace.commitBrought(at: at(10))
         pace.commitMissed()
         pace.heard(head: 20)
@@ -114,15 +117,60 @@ import Testing
         pace.heard(head: 30)
         #expect(pace.wake(cursor: 20, now: at(11), committing: { false }) == .wait(until: at(13)))
         pace.connected()
-        #expect(pace.wake(cursor: 20, now: at(12), committing: { true }) == .read, "a new connection reads first")
+        #expect(
+            pace.wake(cursor: 20, now: at(12), committing: { true }) == .wantThenRead,
+            "a new connection reads first"
+        )
     }
 
     @Test func commitsThatBringTheJournalStillLetItBeReadEveryInterval() {
         var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2))
-        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .read)
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead)
         pace.heard(head: 5)
         pace.commitBrought(at: at(999))
         #expect(pace.wake(cursor: 3, now: at(999), committing: { true }) == .skip)
         #expect(pace.wake(cursor: 3, now: at(1000), committing: { true }) == .read, "a notification may be lost")
+    }
+
+    @Test func commitsThatKeepBringingTheJournalStopTheNotificationsUntilTheNextRead() {
+        var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2), quietAfter: .milliseconds(20))
+        #expect(pace.wake(cursor: 0, now: at(0), committing: { false }) == .wantThenRead)
+        #expect(pace.notifications == .wanted)
+        pace.commitBrought(at: at(10))
+        pace.heard(head: 20)
+        #expect(pace.wake(cursor: 12, now: at(29), committing: { true }) == .skip, "not for 20 ms yet")
+        pace.commitBrought(at: at(30))
+        #expect(
+            pace.wake(cursor: 12, now: at(31), committing: { false }) == .wait(until: at(32)),
+            "never while no commit is under way: no commit's end would wake the follower"
+        )
+        #expect(pace.wake(cursor: 12, now: at(31), committing: { true }) == .quiet)
+        #expect(pace.notifications == .quiet)
+        #expect(pace.wake(cursor: 20, now: at(32), committing: { true }) == .skip, "released once")
+        // The commits stop: once the grace after the last has passed, the follower reads, and
+        // takes the key first. The heads heard before do not count while it is quiet: nothing
+        // notifies it then.
+        pace.commitBrought(at: at(40))
+        #expect(pace.wake(cursor: 20, now: at(41), committing: { false }) == .wait(until: at(42)))
+        #expect(pace.wake(cursor: 20, now: at(42), committing: { false }) == .wantThenRead)
+        #expect(pace.notifications == .wanted)
+        // The streak starts again after a read.
+        pace.commitBrought(at: at(50))
+        pace.heard(head: 30)
+        #expect(pace.wake(cursor: 20, now: at(60), committing: { true }) == .skip)
+        #expect(pace.wake(cursor: 20, now: at(70), committing: { true }) == .quiet)
+    }
+
+    @Test func aQuietFollowerReadsWithTheKeyAfterAMissedCommitAndEveryInterval() {
+        var pace = CatchUpStateMachine(interval: interval, grace: .milliseconds(2), quietAfter: .milliseconds(20))
+        _ = pace.wake(cursor: 0, now: at(0), committing: { false })
+        pace.heard(head: 5)
+        pace.commitBrought(at: at(10))
+        #expect(pace.wake(cursor: 5, now: at(30), committing: { true }) == .quiet)
+        pace.commitMissed()
+        #expect(pace.wake(cursor: 5, now: at(31), committing: { false }) == .wantThenRead, "not skipped as heard")
+        pace.commitBrought(at: at(40))
+        #expect(pace.wake(cursor: 5, now: at(60), committing: { true }) == .quiet)
+        #expect(pace.wake(cursor: 5, now: at(1031), committing: { true }) == .wantThenRead, "the periodic read")
     }
 }
