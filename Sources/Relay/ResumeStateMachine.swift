@@ -122,27 +122,16 @@ struct ResumeStateMachine {
         // Broadcasts held since the greeting stay held, behind the replay: then the replay
         // covers everything up to the greeting's seq and on to `released`; otherwise the client
         // may have received everything up to `current` live already.
-        let plan: Plan
-        if heldSinceStart == nil {
-            plan = Plan(
-                epoch: epoch,
-                after: after,
-                current: current,
-                replayThrough: min(helloSeq, current),
-                covered: current,
-                pageSize: UInt64(max(1, pageSize))
-            )
-        } else {
-            let through = max(helloSeq, released)
-            plan = Plan(
-                epoch: epoch,
-                after: after,
-                current: current,
-                replayThrough: through,
-                covered: through,
-                pageSize: UInt64(max(1, pageSize))
-            )
-        }
+        let held = heldSinceStart != nil
+        let through = held ? max(helloSeq, released) : min(helloSeq, current)
+        let plan = Plan(
+            epoch: epoch,
+            after: after,
+            current: current,
+            replayThrough: through,
+            covered: held ? through : current,
+            pageSize: UInt64(max(1, pageSize))
+        )
         state = .replaying(plan, held: heldSinceStart ?? HeldOutput())
         return .replay(plan)
     }

@@ -246,34 +246,36 @@ final class JournalFollower: Sendable {
         case .skip, .wait:
             return
         case .quiet:
-            try await PostgresClient.run(
-                within: connector.settings.acquireTimeout,
-                onTimeout: { connection.close() },
-                { try await Self.listenKey(.quiet, on: connection, logger: self.logger) }
-            )
+            try await bounded(connection) { try await Self.listenKey(.quiet, on: connection, logger: self.logger) }
             return
         case .read:
             want = false
         case .wantThenRead:
             want = true
         }
-        let short = try await PostgresClient.run(
-            within: connector.settings.acquireTimeout,
-            onTimeout: { connection.close() },
-            {
-                if want { try await Self.listenKey(.wanted, on: connection, logger: self.logger) }
-                return try await self.catchUp(on: connection, generation: generation)
-            }
-        )
+        let short = try await bounded(connection) {
+            if want { try await Self.listenKey(.wanted, on: connection, logger: self.logger) }
+            return try await self.catchUp(on: connection, generation: generation)
+        }
         // A commit that found nobody wanting notifications just before the key was taken may
         // still be flushing: its entries are read once they are durable, a grace later (and
         // flushed by this follower if they still are not), not on a notification it never sends.
         guard want, short else { return }
         try await Task.sleep(for: connector.settings.commitFollowGrace)
+        try await bounded(connection) { try await self.catchUp(on: connection, generation: generation) }
+    }
+
+    /// Runs `body` on the LISTEN connection within the acquire timeout; one that overruns
+    /// closes the connection, and the follower reconnects.
+    @discardableResult
+    private func bounded<Result: Sendable>(
+        _ connection: PostgresConnection,
+        _ body: @escaping @Sendable () async throws -> Result
+    ) async throws -> Result {
         try await PostgresClient.run(
             within: connector.settings.acquireTimeout,
             onTimeout: { connection.close() },
-            { _ = try await self.catchUp(on: connection, generation: generation) }
+            body
         )
     }
 
