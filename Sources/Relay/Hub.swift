@@ -10,6 +10,8 @@ struct BroadcastFrame: Sendable {
     let plain: ByteBuffer
     let origin: SessionID?
     let originCopy: ByteBuffer
+    /// The index of the origin's loop in the hub's list, when known.
+    var originShard: Int? = nil
     /// When the broadcast reached the hub, for the fan-out latency histogram.
     var receivedAt = NIODeadline.now()
 
@@ -23,6 +25,7 @@ struct BroadcastFrame: Sendable {
             plain: plain,
             origin: origin,
             originCopy: sameCopy ? plain : ByteBuffer(bytes: self.originCopy.readableBytesView),
+            originShard: originShard,
             receivedAt: receivedAt
         )
     }
@@ -116,7 +119,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         /// The highest seq handed to the orderer so far.
         var highestAccepted: UInt64
         /// Deliveries waiting until every seq up to `after` has been released.
-        var deferred: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
+        var deferred: [(after: UInt64, shard: Int, item: ShardInboxItem)] = []
         /// Broadcasts released so far.
         var released = 0
     }
@@ -164,8 +167,12 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     func register(_ session: SessionHandler<Codec>) -> UInt64 {
         guard let shard = shard(for: session.loop) else { return seq }
         directory.withLockedValue { $0[session.id] = SessionEntry(shard: shard.index, uuid: session.uuid) }
-        shard.sessions[session.id] = session
-        return shard.lastSeq
+        return shard.register(session)
+    }
+
+    /// A session registered earlier has its first subscriptions (called on its loop).
+    func settled(_ session: SessionHandler<Codec>) {
+        shard(for: session.loop)?.settled()
     }
 
     func unregister(_ session: SessionHandler<Codec>) {
@@ -232,7 +239,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                             typeIndex: typeIndex,
                             plain: plain,
                             origin: origin.session,
-                            originCopy: originCopy
+                            originCopy: originCopy,
+                            originShard: routes[origin.session]?.shard
                         )
                     )
                 )
@@ -274,13 +282,13 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// A piece of a batch on its way to the loops.
     enum Work {
         case broadcast(BroadcastFrame)
-        case item(shard: Int, Shard<Codec>.InboxItem)
+        case item(shard: Int, ShardInboxItem)
     }
 
     /// Puts the work in order under the order lock and posts each loop its part at once.
     private func hand(_ work: [Work]) {
         order.withLockedValue { state in
-            var parts = Array(repeating: [Shard<Codec>.InboxItem](), count: orderedShards.count)
+            var parts = Array(repeating: [ShardInboxItem](), count: orderedShards.count)
             for piece in work {
                 switch piece {
                 case .broadcast(let frame):
@@ -301,8 +309,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Puts a broadcast in seq order; what it releases (with the deliveries that waited for
     /// it) joins each loop's part. When a seq arrives twice, the copy that has an origin (the
     /// requester's `re` copy) wins.
-    private func accept(_ frame: BroadcastFrame, into parts: inout [[Shard<Codec>.InboxItem]], state: inout OrderState)
-    {
+    private func accept(_ frame: BroadcastFrame, into parts: inout [[ShardInboxItem]], state: inout OrderState) {
         state.highestAccepted = max(state.highestAccepted, frame.seq)
         let released = state.orderer.accept(
             seq: frame.seq,
@@ -315,18 +322,17 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     }
 
     /// Appends released broadcasts to every loop's part, then the deliveries that waited for
-    /// them. Each loop gets bytes of its own: sharing one buffer would have every core bump the
-    /// same reference count once per subscriber.
+    /// them. (Each loop's shard decides whether it takes them, and copies their bytes.)
     private func handOut(
         _ released: [BroadcastFrame],
-        into parts: inout [[Shard<Codec>.InboxItem]],
+        into parts: inout [[ShardInboxItem]],
         state: inout OrderState
     ) {
         for index in parts.indices {
-            for frame in released { parts[index].append(.broadcast(index == 0 ? frame : frame.withOwnBytes())) }
+            for frame in released { parts[index].append(.broadcast(frame)) }
         }
         guard let first = state.deferred.first, first.after < state.orderer.next else { return }
-        var kept: [(after: UInt64, shard: Int, item: Shard<Codec>.InboxItem)] = []
+        var kept: [(after: UInt64, shard: Int, item: ShardInboxItem)] = []
         for entry in state.deferred {
             if entry.after < state.orderer.next { parts[entry.shard].append(entry.item) } else { kept.append(entry) }
         }
@@ -364,7 +370,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public func resynchronize(through seq: UInt64) {
         let skipped = order.withLockedValue { state -> Bool in
             guard seq >= state.orderer.next else { return false }
-            var parts = Array(repeating: [Shard<Codec>.InboxItem](), count: orderedShards.count)
+            var parts = Array(repeating: [ShardInboxItem](), count: orderedShards.count)
             let released = state.orderer.skip(through: seq)
             state.highestAccepted = max(state.highestAccepted, seq)
             state.released += released.count

@@ -179,6 +179,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             idleTimeout: .seconds(Int64(configuration.unauthenticatedIdleSeconds))
         )
         if case .granted(let role) = access { applySubscriptions(patterns, from: previousRole, to: role) }
+        services.hub.settled(self)
         logger.debug("session started")
         let hello = OutboundFrame.op("hello", correlation: nil) { writer in
             writer.field("protocol", 1)
@@ -559,7 +560,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             after: after,
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
-            current: services.hub.shard(for: loop)?.lastSeq ?? helloSeq,
+            current: services.hub.shard(for: loop)?.head ?? helloSeq,
             released: services.hub.seq,
             pageSize: configuration.resumePageSize
         )

@@ -9,24 +9,12 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     let index: Int
     let epoch: String
     let loop: any EventLoop
-    /// Broadcasts posted for this loop and not yet fanned out (the one property touched off
-    /// the loop, under its lock), and whether a task to fan them out is scheduled. Bounded:
-    /// the loop empties it on its next turn, and what is in it was committed already.
-    private let inbox = NIOLockedValueBox<(items: [InboxItem], scheduled: Bool)>(([], false))
+    /// What the hub posted for this loop and the loop has not taken yet (the one property
+    /// touched off the loop, under its lock). Bounded: the loop empties it on its next turn,
+    /// and what is in it was committed already.
+    private let inbox: NIOLockedValueBox<ShardInboxStateMachine>
 
-    enum InboxItem: Sendable {
-        case broadcast(BroadcastFrame)
-        /// A reply for one session, in its place among the broadcasts.
-        case reply(SessionID, ByteBuffer, typeIndex: Int)
-        /// A copy for every monitor subscribed to the type but the session that caused it.
-        case monitor(ByteBuffer, typeIndex: Int, except: SessionID)
-        /// One request of the session has had every answer.
-        case answered(SessionID)
-        /// Every seq through this one was given up: sessions are told `gap`.
-        case gap(UInt64)
-        /// Anything else that must keep its place (a control frame to everyone).
-        case run(@Sendable () -> Void)
-    }
+    typealias InboxItem = ShardInboxItem
 
     /// A frame for one session among a run of broadcasts (a reply, or a monitor's copy):
     /// `after` is how many of the run's broadcasts come before it.
@@ -35,6 +23,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         let session: SessionID
         let bytes: ByteBuffer
         let typeIndex: Int
+        /// The broadcast's seq when the frame is a broadcast (a session's own copy).
+        var seq: UInt64? = nil
     }
 
     /// What one session of a run gets besides what every subscriber gets, in order.
@@ -56,7 +46,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// current run one by one, in order, and is left out of the shared run.
     private var pass: UInt64 = 0
     /// The newest broadcast fanned out on this loop.
-    private(set) var lastSeq: UInt64
+    private var lastSeq: UInt64
     /// Frames written on this loop, by type index.
     var framesOut: [Int]
     /// Frames received on this loop, and the events they published by type index.
@@ -73,6 +63,26 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         self.framesOut = Array(repeating: 0, count: typeCount)
         self.requestsIn = Array(repeating: 0, count: typeCount)
         self.lastSeq = head
+        self.inbox = NIOLockedValueBox(ShardInboxStateMachine(head: head))
+    }
+
+    /// The newest seq this loop has fanned out, or left out while no session here listened.
+    var head: UInt64 {
+        let lastSeq = self.lastSeq
+        return inbox.withLockedValue { $0.head(fannedOut: lastSeq) }
+    }
+
+    /// Adds a session; returns the seq it starts after. Until `settled`, broadcasts are kept
+    /// for the loop (the session is about to subscribe).
+    func register(_ session: SessionHandler<Codec>) -> UInt64 {
+        sessions[session.id] = session
+        let lastSeq = self.lastSeq
+        return inbox.withLockedValue { $0.register(fannedOut: lastSeq) }
+    }
+
+    /// A session registered earlier has its first subscriptions.
+    func settled() {
+        inbox.withLockedValue { $0.settled() }
     }
 
     func reindex(
@@ -92,27 +102,31 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 if isMonitor { monitorsByType[index][session.id] = session }
             }
         }
+        let was = subscribed[session.id] != nil
         subscribed[session.id] = new.isEmpty ? nil : (session, new)
+        inbox.withLockedValue { $0.subscriptionChanged(was: was, now: !new.isEmpty) }
     }
 
     func remove(_ session: SessionHandler<Codec>) {
         sessions[session.id] = nil
-        subscribed[session.id] = nil
+        if subscribed.removeValue(forKey: session.id) != nil {
+            inbox.withLockedValue { $0.subscriptionChanged(was: true, now: false) }
+        }
         for index in byType.indices {
             byType[index][session.id] = nil
             monitorsByType[index][session.id] = nil
         }
     }
 
-    /// Appends a batch's items to the inbox (from any thread; callers keep their order).
+    /// Appends a batch's items to the inbox (from any thread; callers keep their order). The
+    /// first loop shares the hub's buffers; the others copy each broadcast into their own, as
+    /// sharing one buffer would have every core bump the same reference count once per
+    /// subscriber.
     func post(_ items: [InboxItem]) {
-        let schedule = inbox.withLockedValue { inbox -> Bool in
-            inbox.items.append(contentsOf: items)
-            if inbox.scheduled { return false }
-            inbox.scheduled = true
-            return true
+        let index = self.index
+        if case .schedule = inbox.withLockedValue({ $0.post(items, shard: index, ownBytes: index != 0) }) {
+            loop.execute { self.emptyInbox() }
         }
-        if schedule { loop.execute { self.emptyInbox() } }
     }
 
     /// Fans out each run of broadcasts, with the replies and monitors' copies among them, in
@@ -120,12 +134,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// connection written to once, and only then tells sessions which requests are answered
     /// (they may go on with frames held back).
     private func emptyInbox() {
-        let items = inbox.withLockedValue { inbox -> [InboxItem] in
-            inbox.scheduled = false
-            let items = inbox.items
-            inbox.items = []
-            return items
-        }
+        let items = inbox.withLockedValue { $0.take() }
         var run: [BroadcastFrame] = []
         var personal: [PersonalFrame] = []
         var answered: [SessionID] = []
@@ -133,6 +142,19 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             switch item {
             case .broadcast(let frame):
                 run.append(frame)
+            case .ownCopy(let frame):
+                lastSeq = max(lastSeq, frame.seq)
+                if let origin = frame.origin {
+                    personal.append(
+                        PersonalFrame(
+                            after: run.count,
+                            session: origin,
+                            bytes: frame.originCopy,
+                            typeIndex: frame.typeIndex,
+                            seq: frame.seq
+                        )
+                    )
+                }
             case .reply(let id, let frame, let typeIndex):
                 personal.append(PersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
             case .monitor(let frame, let typeIndex, let except):
@@ -196,7 +218,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         // so flushed, before the many that share the run.
         for (session, list) in ownSessions { writeOwn(list, to: session, frames, personal) }
         if let first = frames.first, let last = frames.last {
-            lastSeq = last.seq
+            lastSeq = max(lastSeq, last.seq)
             if frames.allSatisfy({ $0.typeIndex == first.typeIndex }) {
                 framesOut[first.typeIndex] += shareRun(frames, with: byType[first.typeIndex].values)
             } else {
@@ -260,7 +282,11 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 let frame = personal[index]
                 writeShared(upTo: frame.after)
                 framesOut[frame.typeIndex] += 1
-                if session.enqueueReply(frame.bytes) { pending = true }
+                if let seq = frame.seq {
+                    if session.enqueueBroadcast(frame.bytes, seq: seq) { pending = true }
+                } else if session.enqueueReply(frame.bytes) {
+                    pending = true
+                }
             case .caused(let index):
                 writeShared(upTo: index)
                 let frame = frames[index]

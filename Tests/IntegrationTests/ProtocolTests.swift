@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import NIOPosix
 import Relay
 import Testing
 import TodoStore
@@ -278,6 +279,48 @@ import TodoStore
             _ = try await quiet.json()
             try await quiet.send(["type": "RequestTodoViewModels", "id": "mine"])
             #expect(try await quiet.json()["re"] as? String == "mine")
+        }
+    }
+
+    /// A loop where no session listens is not woken for broadcasts; a session that starts
+    /// there later is greeted with the newest seq all the same, resumes through it, and gets
+    /// every broadcast after it.
+    @Test func loopsWhereNobodyListensStillGreetAndResumeWithTheNewestSeq() async throws {
+        try await withDaemon { daemon in
+            // Requesters only, on every loop. Connections go to the loops in turn, and the test's
+            // clients take turns from the same group: one turn skipped every other connection
+            // puts the daemon's sessions on alternate loops.
+            var quiet: [TestConnection] = []
+            for index in 0..<4 {
+                if index % 2 == 1 { _ = MultiThreadedEventLoopGroup.singleton.next() }
+                let (connection, _) = try await daemon.client()
+                try await connection.send(["op": "unsubscribe", "types": ["Response*"], "id": "u\(index)"])
+                #expect(try await connection.json()["op"] as? String == "unsubscribed")
+                quiet.append(connection)
+            }
+            for seq in 1...3 {
+                // The requester's own copy (with `re`) arrives though it subscribes to nothing.
+                let mine = try await quiet[seq].createTodo("t\(seq)")
+                #expect(mine["seq"] as? Int == seq)
+            }
+            var fresh: [(TestConnection, hello: [String: Any])] = []
+            for index in 0..<4 {
+                if index % 2 == 1 { _ = MultiThreadedEventLoopGroup.singleton.next() }
+                fresh.append(try await daemon.client())
+            }
+            #expect(fresh.map { $0.hello["seq"] as? Int } == [3, 3, 3, 3])
+            for (index, (connection, hello)) in fresh.enumerated() where index < 2 {
+                try await connection.send([
+                    "op": "resume", "epoch": hello["epoch"] as? String ?? "", "after": 0, "id": "r",
+                ])
+                let replayed = [try await connection.json(), try await connection.json(), try await connection.json()]
+                #expect(replayed.map { $0["seq"] as? Int } == [1, 2, 3])
+                let resumed = try await connection.json()
+                #expect(resumed["op"] as? String == "resumed")
+                #expect(resumed["to"] as? Int == 3)
+            }
+            #expect(try await quiet[0].createTodo("t4")["seq"] as? Int == 4)
+            for (connection, _) in fresh { #expect(try await connection.json()["seq"] as? Int == 4) }
         }
     }
 
