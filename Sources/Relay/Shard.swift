@@ -14,8 +14,6 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// and what is in it was committed already.
     private let inbox: NIOLockedValueBox<ShardInboxStateMachine>
 
-    typealias InboxItem = ShardInboxItem
-
     /// A frame for one session among a run of broadcasts (a reply, or a monitor's copy):
     /// `after` is how many of the run's broadcasts come before it.
     struct PersonalFrame {
@@ -102,9 +100,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 if isMonitor { monitorsByType[index][session.id] = session }
             }
         }
-        let was = subscribed[session.id] != nil
-        subscribed[session.id] = new.isEmpty ? nil : (session, new)
-        inbox.withLockedValue { $0.subscriptionChanged(was: was, now: !new.isEmpty) }
+        let (was, now) = (subscribed[session.id] != nil, !new.isEmpty)
+        subscribed[session.id] = now ? (session, new) : nil
+        if was != now { inbox.withLockedValue { $0.subscriptionChanged(was: was, now: now) } }
     }
 
     func remove(_ session: SessionHandler<Codec>) {
@@ -122,7 +120,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// first loop shares the hub's buffers; the others copy each broadcast into their own, as
     /// sharing one buffer would have every core bump the same reference count once per
     /// subscriber.
-    func post(_ items: [InboxItem]) {
+    func post(_ items: [ShardInboxItem]) {
         let index = self.index
         if case .schedule = inbox.withLockedValue({ $0.post(items, shard: index, ownBytes: index != 0) }) {
             loop.execute { self.emptyInbox() }

@@ -67,16 +67,17 @@ struct ShardInboxStateMachine: Sendable {
     /// its own when `ownBytes` (one loop shares the hub's buffers, the others copy them).
     mutating func post(_ posted: [ShardInboxItem], shard: Int, ownBytes: Bool) -> PostAction {
         let listening = self.listening
+        func kept(_ frame: BroadcastFrame) -> BroadcastFrame { ownBytes ? frame.withOwnBytes() : frame }
         var added = false
         for item in posted {
             switch item {
             case .broadcast(let frame) where listening:
-                items.append(.broadcast(ownBytes ? frame.withOwnBytes() : frame))
+                items.append(.broadcast(kept(frame)))
                 broadcastsQueued += 1
                 added = true
             case .broadcast(let frame):
                 if frame.origin != nil, frame.originShard == shard {
-                    items.append(.ownCopy(ownBytes ? frame.withOwnBytes() : frame))
+                    items.append(.ownCopy(kept(frame)))
                     added = true
                 } else {
                     skippedThrough = max(skippedThrough, frame.seq)

@@ -252,14 +252,16 @@ enum PostgresMigrations {
         follow: Bool = false,
         notifyWhenWanted: Bool = false
     ) -> String {
+        let notify = "PERFORM pg_notify('\(journalChannel)', p_head::text);"
         let finish: String
         if notifyWhenWanted {
+            // Step 6's finish without its exception block, notifying only when wanted.
             finish = """
                   PERFORM set_config('synchronous_commit', 'off', true);
                   COMMIT;
                   \(markDurable);
                   IF v_notify THEN
-                    PERFORM pg_notify('todostream_journal', p_head::text);
+                    \(notify)
                   END IF;\(follow ? followRead : "")
                   COMMIT;
                 """
@@ -269,7 +271,7 @@ enum PostgresMigrations {
                   COMMIT;
                   BEGIN
                     \(markDurable);
-                    PERFORM pg_notify('todostream_journal', p_head::text);\(follow ? followRead : "")
+                    \(notify)\(follow ? followRead : "")
                   EXCEPTION WHEN OTHERS THEN
                     RAISE EXCEPTION 'the batch committed, but its flush was not confirmed: %', SQLERRM
                       USING ERRCODE = 'TSF01';
@@ -279,7 +281,7 @@ enum PostgresMigrations {
         } else {
             finish = """
                   \(markDurable);
-                  PERFORM pg_notify('todostream_journal', p_head::text);
+                  \(notify)
                   COMMIT;
                 """
         }

@@ -22,6 +22,13 @@ import Testing
         )
     }
 
+    /// A session registers and settles with a subscription.
+    private func startSubscribed(_ inbox: inout ShardInboxStateMachine) {
+        _ = inbox.register(fannedOut: 0)
+        inbox.subscriptionChanged(was: false, now: true)
+        inbox.settled()
+    }
+
     /// The items' kinds and seqs, as `b3` (a broadcast), `o3` (an own copy), `a` (answered).
     private func kinds(_ items: [ShardInboxItem]) -> [String] {
         items.map { item in
@@ -60,12 +67,8 @@ import Testing
 
     @Test func subscribersKeepBroadcastsAndTheLastOneToLeaveStopsThem() {
         var inbox = ShardInboxStateMachine(head: 0)
-        _ = inbox.register(fannedOut: 0)
-        inbox.subscriptionChanged(was: false, now: true)
-        inbox.settled()
-        _ = inbox.register(fannedOut: 0)
-        inbox.subscriptionChanged(was: false, now: true)
-        inbox.settled()
+        startSubscribed(&inbox)
+        startSubscribed(&inbox)
         // A change of types that stays subscribed changes nothing.
         inbox.subscriptionChanged(was: true, now: true)
         #expect(inbox.post([broadcast(1)], shard: shard, ownBytes: false) == .schedule)
