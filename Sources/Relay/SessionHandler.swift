@@ -60,6 +60,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var logger: Logger
 
     private var context: ChannelHandlerContext?
+    /// The context's channel, kept: asking the context goes through the pipeline each time,
+    /// once per frame written to every subscriber.
+    private var channel: (any Channel)?
     private var lifecycle = SessionStateMachine()
     private var authentication = AuthenticationStateMachine()
     /// The client's `resume`: while one runs, nothing else from the client is handled.
@@ -113,12 +116,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// The relay's configuration as of the last update seen: taken again only after a reload,
-    /// not under the settings' lock on every frame.
+    /// not under the settings' lock on every frame. Lent, not copied: a copy would retain and
+    /// release its strings and arrays, which every session shares, from both loops at once.
     private var configuration: RelayConfiguration {
-        if services.settings.version != configurationCopy.version {
-            configurationCopy = services.settings.versionedConfiguration
+        _read {
+            if services.settings.version != configurationCopy.version {
+                configurationCopy = services.settings.versionedConfiguration
+            }
+            yield configurationCopy.configuration
         }
-        return configurationCopy.configuration
     }
     private var configurationCopy: (version: Int, configuration: RelayConfiguration)
     /// The channel's high water mark (unknown: `Int.max`): a writable channel holds at most
@@ -129,6 +135,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.channel = context.channel
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
             highWaterMark = waterMark.high
         }
@@ -162,6 +169,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         stop()
         self.context = nil
+        self.channel = nil
     }
 
     private func start() {
@@ -330,9 +338,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.invalidFrame, "mid must be a string of 1 to 64 characters.", re)
             return
         }
-        let limits = configuration
-        guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else {
-            sendError(.rateLimited, "Too many frames; at most \(Int(limits.rateLimitPerSecond)) a second.", re)
+        let (rate, burst) = (configuration.rateLimitPerSecond, configuration.rateLimitBurst)
+        guard bucket.take(rate: rate, burst: burst) else {
+            sendError(.rateLimited, "Too many frames; at most \(Int(rate)) a second.", re)
             return
         }
         switch (frame.type, frame.op) {
@@ -410,8 +418,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if case .invalid = frame.mid { return nil }
         guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root)
         else { return nil }
-        let limits = configuration
-        guard bucket.take(rate: limits.rateLimitPerSecond, burst: limits.rateLimitBurst) else { return nil }
+        guard bucket.take(rate: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst) else {
+            return nil
+        }
         return PreparedRequest(name: name, event: decoded, re: frame.id.value, mid: frame.mid.value)
     }
 
@@ -715,10 +724,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// While live output waits, holds `frame`; returns true when it was held.
     private func hold(_ frame: ByteBuffer, seq: UInt64?) -> Bool {
         guard isHoldingLiveOutput else { return false }
-        let limits = configuration
-        var result = resumption.hold(frame, seq: seq, maxBytes: limits.maxQueueBytes, maxFrames: limits.maxQueueFrames)
+        let (maxBytes, maxFrames) = (configuration.maxQueueBytes, configuration.maxQueueFrames)
+        var result = resumption.hold(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
         if result == .notHeld {
-            result = lifecycle.hold(frame, seq: seq, maxBytes: limits.maxQueueBytes, maxFrames: limits.maxQueueFrames)
+            result = lifecycle.hold(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
         }
         switch result {
         case .notHeld:
@@ -743,15 +752,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
-        let channel = context.channel
-        let limits = configuration
         switch outbound.write(
             bytes,
             frames: frames,
-            channelWritable: channel.isWritable,
+            channelWritable: channel?.isWritable ?? false,
             channelBacklog: outbound.isEmpty ? 0 : channelBacklog,
-            maxBytes: limits.maxQueueBytes,
-            maxFrames: limits.maxQueueFrames
+            maxBytes: configuration.maxQueueBytes,
+            maxFrames: configuration.maxQueueFrames
         ) {
         case .write:
             context.write(wrapOutboundOut(bytes), promise: nil)
@@ -786,7 +793,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let limit = configuration.maxQueueBytes
         // The usual case, answered without asking the channel for its backlog: nothing waits
         // here and the channel is writable, so less than the bound is unsent.
-        if outbound.isEmpty, limit >= highWaterMark, context?.channel.isWritable == true { return }
+        if outbound.isEmpty, limit >= highWaterMark, channel?.isWritable == true { return }
         guard queuedBytes > limit else { return }
         stallWatch = .watching(unsentBefore: queuedBytes)
         let bound = NIOLoopBound(self, eventLoop: loop)
