@@ -59,7 +59,9 @@ final class SQLiteWriter: @unchecked Sendable {
     static func open(path: String, synchronousFull: Bool) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
-        let opened = sqlite_nio_sqlite3_open_v2(path, &handle, flags, nil)
+        // The WAL is synced with fdatasync (SQLiteDataSyncVFS), where the VFS could be made.
+        let vfs = SQLiteDataSyncVFS.shared == nil ? nil : SQLiteDataSyncVFS.name
+        let opened = sqlite_nio_sqlite3_open_v2(path, &handle, flags, vfs)
         guard opened == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "cannot open"
             if let handle { sqlite_nio_sqlite3_close_v2(handle) }

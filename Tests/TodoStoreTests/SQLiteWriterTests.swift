@@ -143,6 +143,42 @@ import Testing
         await #expect(throws: SQLiteWriter.Failure.self) { try await thread.perform { try writer.checkpoint() } }
     }
 
+    /// The writer opens its WAL through the VFS that syncs it with fdatasync: that file then
+    /// has one descriptor more (the one `fdatasync` is called on), which closing the writer
+    /// closes; what the writer committed is read back by a connection of SQLite's own VFS.
+    @Test func theWritersWALHasADescriptorForFdatasyncThatClosingReleases() async throws {
+        #expect(SQLiteDataSyncVFS.shared != nil)
+        let thread = StoreThread()
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        await store.close()
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let wal = path + "-wal"
+        func walDescriptors() throws -> Int {
+            try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count { entry in
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)"))?.hasPrefix(wal)
+                    == true
+            }
+        }
+        #expect(try walDescriptors() == 0)
+        let writer = try await thread.perform { try SQLiteWriter.open(path: path, synchronousFull: true) }
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        for seq in UInt64(1)...3 {
+            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
+            try await thread.perform {
+                try writer.commit([self.record(seq: seq, rowID: Int64(seq), todo: todo)], recordedAt: 1, prune: nil)
+            }
+        }
+        // SQLite's descriptor and the VFS's own.
+        #expect(try walDescriptors() == 2)
+        let reader = try await SQLiteConnection.open(storage: .file(path: path))
+        let count = try await reader.rows("SELECT count(*) AS n FROM todos", [])
+        #expect(count.first?.column("n")?.integer == 3)
+        try await reader.close()
+        try await thread.perform { writer.close() }
+        #expect(try walDescriptors() == 0)
+    }
+
     @Test func aPruneDropsTheJournalEntriesItNamesInTheSameTransaction() async throws {
         let thread = StoreThread()
         let (writer, reader, _) = try await open(thread)
