@@ -107,6 +107,9 @@ private func dataSyncOpen(
     let opened = open(shared.base, name, file, flags, outFlags)
     guard opened == SQLITE_OK, flags & SQLITE_OPEN_WAL != 0, let name, let file, let unix = file.pointee.pMethods
     else { return opened }
+    // A second descriptor on a file is safe only where the process holds no POSIX lock on it
+    // (closing any descriptor drops them all): SQLite locks the database and its shared
+    // memory, never the WAL, so this one is opened for WAL files only.
     let descriptor = Foundation.open(name, O_RDWR | O_CLOEXEC)
     guard descriptor >= 0 else { return opened }
     guard let methods = shared.methods(replacing: unix) else {
