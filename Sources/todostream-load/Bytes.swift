@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Small scanners over one received line, without decoding JSON: the tool only needs a few
 /// fields at known places of frames whose shape the protocol fixes.
 extension UnsafeRawBufferPointer {
@@ -9,19 +15,20 @@ extension UnsafeRawBufferPointer {
         return true
     }
 
-    /// The first index of `pattern` at or after `start` and before `limit`.
+    /// The first index of `pattern` at or after `start` and before `limit` (`memchr`, then `memcmp`: this runs
+    /// for every broadcast a subscriber receives, and the tool must cost less than the server).
     func firstIndex(of pattern: StaticString, from start: Int = 0, limit: Int = .max) -> Int? {
         let length = pattern.utf8CodeUnitCount
+        let end = Swift.min(count, limit)
+        guard let base = baseAddress, start >= 0, length > 0, end - start >= length else { return nil }
         let bytes = pattern.utf8Start
-        let end = Swift.min(count, limit) - length
-        guard start <= end else { return nil }
         var index = start
-        outer: while index <= end {
-            for offset in 0..<length where self[index + offset] != bytes[offset] {
-                index += 1
-                continue outer
-            }
-            return index
+        // The pattern's first byte by memchr, the rest by memcmp.
+        while end - index >= length {
+            guard let found = memchr(base + index, Int32(bytes[0]), end - length + 1 - index) else { return nil }
+            index = base.distance(to: UnsafeRawPointer(found))
+            if memcmp(found, bytes, length) == 0 { return index }
+            index += 1
         }
         return nil
     }

@@ -65,11 +65,47 @@ final class WebSocketLines: ChannelDuplexHandler {
         }
         guard case .open = state else { return }
         var lines = context.channel.allocator.buffer(capacity: buffer.readableBytes + 64)
-        while let frame = nextFrame(&buffer) {
+        while true {
+            copyWholeTextMessages(&buffer, into: &lines)
+            // Anything else (a fragment, a ping, a close, an incomplete frame) the slow way.
+            guard let frame = nextFrame(&buffer) else { break }
             guard handle(frame, into: &lines, context: context) else { return fail(context) }
         }
         if buffer.readableBytes > 0 { input = buffer }
         if lines.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(lines)) }
+    }
+
+    /// Copies the complete, unmasked text messages of one frame each at the front of `buffer`
+    /// into `lines`, each ending with a newline, straight from the received bytes (the common
+    /// case: every broadcast is one such frame). Stops at the first frame that is anything else
+    /// or incomplete, or while a fragmented message is being put together.
+    private func copyWholeTextMessages(_ buffer: inout ByteBuffer, into lines: inout ByteBuffer) {
+        guard fragments == nil else { return }
+        let consumed = buffer.withUnsafeReadableBytes { raw -> Int in
+            var offset = 0
+            while raw.count - offset >= 2 {
+                let first = raw[offset]
+                let second = raw[offset + 1]
+                // FIN and the text opcode, no mask (a server never masks).
+                guard first == 0x81, second & 0x80 == 0 else { break }
+                var length = Int(second)
+                var header = 2
+                if length == 126 {
+                    guard raw.count - offset >= 4 else { break }
+                    length = Int(raw[offset + 2]) << 8 | Int(raw[offset + 3])
+                    header = 4
+                } else if length == 127 {
+                    break
+                }
+                guard raw.count - offset - header >= length else { break }
+                let start = offset + header
+                lines.writeBytes(UnsafeRawBufferPointer(rebasing: raw[start..<start + length]))
+                lines.writeInteger(UInt8(0x0A))
+                offset = start + length
+            }
+            return offset
+        }
+        buffer.moveReaderIndex(forwardBy: consumed)
     }
 
     private struct Frame {
