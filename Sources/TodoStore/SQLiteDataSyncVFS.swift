@@ -16,8 +16,8 @@ import VaporCSQLite
 /// call is SQLite's unix VFS untouched: files are opened by it, with its own VFS object, so its
 /// locks and shared memory are the ones the other connections of the process use.
 final class SQLiteDataSyncVFS: @unchecked Sendable {
-    // Invariant: written once, in `make()`, before the VFS is registered; only read afterwards
-    // (SQLite's registration lock orders the two).
+    // Invariant: `base` and `stateOffset` are set before the VFS is registered and never change;
+    // `patched` changes only under `patchedLock`.
     static let name = "todostream-datasync"
 
     /// The registered VFS, or nil when SQLite has no unix VFS to wrap (then the default is used).
@@ -27,16 +27,18 @@ final class SQLiteDataSyncVFS: @unchecked Sendable {
     let base: UnsafeMutablePointer<sqlite3_vfs>
     /// Where this VFS's per-file state starts in a file object: after the unix file's own bytes.
     let stateOffset: Int
-    /// The unix VFS's methods for the WAL files it opens, and the copy whose sync and close are ours.
-    private(set) var unixMethods: UnsafePointer<sqlite3_io_methods>?
-    private(set) var methods: UnsafeMutablePointer<sqlite3_io_methods>?
-    private let methodsLock = NSLock()
+    /// The unix VFS's methods for the WAL files it opens, and the copy whose sync and close are
+    /// ours (made for the first WAL file).
+    private var patched: (unix: UnsafePointer<sqlite3_io_methods>, copy: UnsafeMutablePointer<sqlite3_io_methods>)?
+    private let patchedLock = NSLock()
 
-    /// What a WAL file of this VFS keeps after the unix file: a descriptor of its own on the same
-    /// file (for `fdatasync`), and whether the first sync, SQLite's own, has happened.
+    /// What a WAL file of this VFS keeps after the unix file: the unix VFS's methods for it
+    /// (which its sync and close end in), a descriptor of its own on the same file (for
+    /// `fdatasync`), and whether the first sync, SQLite's own, has happened.
     struct FileState {
-        var descriptor: Int32
-        var syncedOnce: Int32
+        let unix: UnsafePointer<sqlite3_io_methods>
+        let descriptor: Int32
+        var syncedOnce: Bool
     }
 
     private init(base: UnsafeMutablePointer<sqlite3_vfs>, stateOffset: Int) {
@@ -63,25 +65,15 @@ final class SQLiteDataSyncVFS: @unchecked Sendable {
     /// close; nil when the unix VFS gave another WAL file other methods (then this one is
     /// left as it is).
     func methods(replacing unix: UnsafePointer<sqlite3_io_methods>) -> UnsafeMutablePointer<sqlite3_io_methods>? {
-        methodsLock.lock()
-        defer { methodsLock.unlock() }
-        if let unixMethods, let methods {
-            return unixMethods == unix ? methods : nil
-        }
+        patchedLock.lock()
+        defer { patchedLock.unlock() }
+        if let patched { return patched.unix == unix ? patched.copy : nil }
         let copy = UnsafeMutablePointer<sqlite3_io_methods>.allocate(capacity: 1)
         copy.initialize(to: unix.pointee)
         copy.pointee.xSync = dataSyncSync
         copy.pointee.xClose = dataSyncClose
-        unixMethods = unix
-        methods = copy
+        patched = (unix, copy)
         return copy
-    }
-
-    /// The unix VFS's methods for the WAL files (set before any file gets this VFS's copy).
-    var unix: UnsafePointer<sqlite3_io_methods>? {
-        methodsLock.lock()
-        defer { methodsLock.unlock() }
-        return unixMethods
     }
 
     func state(of file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutablePointer<FileState> {
@@ -116,19 +108,19 @@ private func dataSyncOpen(
         close(descriptor)
         return opened
     }
-    shared.state(of: file).initialize(to: .init(descriptor: descriptor, syncedOnce: 0))
+    shared.state(of: file).initialize(to: .init(unix: unix, descriptor: descriptor, syncedOnce: false))
     file.pointee.pMethods = UnsafePointer(methods)
     return opened
 }
 
 /// Syncs a WAL file: the first time as SQLite does, then with `fdatasync`.
 private func dataSyncSync(_ file: UnsafeMutablePointer<sqlite3_file>?, _ flags: Int32) -> Int32 {
-    guard let file, let shared = SQLiteDataSyncVFS.shared, let unix = shared.unix else { return ioErrorSync }
+    guard let file, let shared = SQLiteDataSyncVFS.shared else { return ioErrorSync }
     let state = shared.state(of: file)
-    if state.pointee.syncedOnce == 0 {
-        guard let sync = unix.pointee.xSync else { return ioErrorSync }
+    if !state.pointee.syncedOnce {
+        guard let sync = state.pointee.unix.pointee.xSync else { return ioErrorSync }
         let synced = sync(file, flags)
-        if synced == SQLITE_OK { state.pointee.syncedOnce = 1 }
+        if synced == SQLITE_OK { state.pointee.syncedOnce = true }
         return synced
     }
     while true {
@@ -139,9 +131,9 @@ private func dataSyncSync(_ file: UnsafeMutablePointer<sqlite3_file>?, _ flags: 
 
 /// Closes a WAL file's own descriptor, then the file as SQLite does.
 private func dataSyncClose(_ file: UnsafeMutablePointer<sqlite3_file>?) -> Int32 {
-    guard let file, let shared = SQLiteDataSyncVFS.shared, let unix = shared.unix, let close = unix.pointee.xClose
-    else { return ioErrorClose }
+    guard let file, let shared = SQLiteDataSyncVFS.shared else { return ioErrorClose }
     let state = shared.state(of: file)
+    guard let close = state.pointee.unix.pointee.xClose else { return ioErrorClose }
     Foundation.close(state.pointee.descriptor)
     state.deinitialize(count: 1)
     return close(file)

@@ -83,29 +83,43 @@ final class WebSocketLines: ChannelDuplexHandler {
         guard fragments == nil else { return }
         let consumed = buffer.withUnsafeReadableBytes { raw -> Int in
             var offset = 0
-            while raw.count - offset >= 2 {
-                let first = raw[offset]
-                let second = raw[offset + 1]
-                // FIN and the text opcode, no mask (a server never masks).
-                guard first == 0x81, second & 0x80 == 0 else { break }
-                var length = Int(second)
-                var header = 2
-                if length == 126 {
-                    guard raw.count - offset >= 4 else { break }
-                    length = Int(raw[offset + 2]) << 8 | Int(raw[offset + 3])
-                    header = 4
-                } else if length == 127 {
-                    break
-                }
-                guard raw.count - offset - header >= length else { break }
-                let start = offset + header
-                lines.writeBytes(UnsafeRawBufferPointer(rebasing: raw[start..<start + length]))
+            // FIN and the text opcode, no mask (a server never masks), all of it here.
+            while let header = Self.header(raw, at: offset), header.first == 0x81, !header.masked,
+                header.length <= UInt64(min(maxMessageBytes, raw.count - offset - header.size))
+            {
+                let start = offset + header.size
+                let end = start + Int(header.length)
+                lines.writeBytes(UnsafeRawBufferPointer(rebasing: raw[start..<end]))
                 lines.writeInteger(UInt8(0x0A))
-                offset = start + length
+                offset = end
             }
             return offset
         }
         buffer.moveReaderIndex(forwardBy: consumed)
+    }
+
+    /// A frame's header: its first byte (FIN and opcode), whether a mask follows, the header's
+    /// size with the mask, and the payload's length.
+    private struct Header {
+        var first: UInt8
+        var masked: Bool
+        var size: Int
+        var length: UInt64
+    }
+
+    /// The header of the frame at `offset`, or nil when it has not all arrived.
+    private static func header(_ raw: UnsafeRawBufferPointer, at offset: Int) -> Header? {
+        let available = raw.count - offset
+        guard available >= 2 else { return nil }
+        let second = raw[offset + 1]
+        var header = Header(first: raw[offset], masked: second & 0x80 != 0, size: 2, length: UInt64(second & 0x7F))
+        if header.length >= 126 {
+            header.size = header.length == 126 ? 4 : 10
+            guard available >= header.size else { return nil }
+            header.length = raw[offset + 2..<offset + header.size].reduce(0) { $0 << 8 | UInt64($1) }
+        }
+        if header.masked { header.size += 4 }
+        return header
     }
 
     private struct Frame {
@@ -117,32 +131,18 @@ final class WebSocketLines: ChannelDuplexHandler {
     /// The next whole frame of `buffer` (unmasked: a server masks nothing), or nil when it has
     /// not all arrived.
     private func nextFrame(_ buffer: inout ByteBuffer) -> Frame? {
-        let start = buffer.readerIndex
-        guard let first = buffer.getInteger(at: start, as: UInt8.self),
-            let second = buffer.getInteger(at: start + 1, as: UInt8.self)
-        else { return nil }
-        var headerLength = 2
-        var length = Int(second & 0x7F)
-        if length == 126 {
-            guard let extended = buffer.getInteger(at: start + 2, as: UInt16.self) else { return nil }
-            length = Int(extended)
-            headerLength = 4
-        } else if length == 127 {
-            guard let extended = buffer.getInteger(at: start + 2, as: UInt64.self) else { return nil }
-            guard extended <= UInt64(maxMessageBytes) else {
-                // Larger than anything kept: report it as a frame the caller refuses.
-                buffer.moveReaderIndex(to: buffer.writerIndex)
-                return Frame(fin: true, opcode: 0xFF, payload: ByteBuffer())
-            }
-            length = Int(extended)
-            headerLength = 10
+        guard let header = buffer.withUnsafeReadableBytes({ Self.header($0, at: 0) }) else { return nil }
+        guard header.length <= UInt64(maxMessageBytes) else {
+            // Larger than anything kept: report it as a frame the caller refuses.
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+            return Frame(fin: true, opcode: 0xFF, payload: ByteBuffer())
         }
-        if second & 0x80 != 0 { headerLength += 4 }
-        guard buffer.readableBytes >= headerLength + length,
-            let payload = buffer.getSlice(at: start + headerLength, length: length)
+        let length = Int(header.length)
+        guard buffer.readableBytes >= header.size + length,
+            let payload = buffer.getSlice(at: buffer.readerIndex + header.size, length: length)
         else { return nil }
-        buffer.moveReaderIndex(forwardBy: headerLength + length)
-        return Frame(fin: first & 0x80 != 0, opcode: first & 0x0F, payload: payload)
+        buffer.moveReaderIndex(forwardBy: header.size + length)
+        return Frame(fin: header.first & 0x80 != 0, opcode: header.first & 0x0F, payload: payload)
     }
 
     /// False when the connection must close.
