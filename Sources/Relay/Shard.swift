@@ -176,7 +176,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 body()
             }
         }
-        fanOut(run, personal)
+        // The last run of the drain: nothing more comes to any session in this pass, so each
+        // is flushed as soon as it is written, while its connection's state is still in cache.
+        fanOut(run, personal, flushingAtOnce: true)
         let flushing = touched
         touched = []
         for session in flushing { session.flushPending() }
@@ -188,7 +190,12 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// with every other such subscriber. A session with a reply, a monitor's
     /// copy or a broadcast it caused (its copy with `re`) gets its frames one by one, each in
     /// its place.
-    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame]) {
+    ///
+    /// With `flushingAtOnce` (the last run of a drain), each session is flushed right after it
+    /// is written, not in a second pass over every session written to: a connection's state
+    /// is then read while it is still in cache, and each flush comes earlier. A session that
+    /// was written in an earlier run of the same drain still waits for the drain's flush.
+    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame], flushingAtOnce: Bool = false) {
         if frames.isEmpty, personal.isEmpty { return }
         pass &+= 1
         // What each session with frames of its own gets, in order.
@@ -214,11 +221,17 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         }
         // Sessions with frames of their own (requesters waiting for replies) are written, and
         // so flushed, before the many that share the run.
-        for (session, list) in ownSessions { writeOwn(list, to: session, frames, personal) }
+        for (session, list) in ownSessions {
+            writeOwn(list, to: session, frames, personal, flushingAtOnce: flushingAtOnce)
+        }
         if let first = frames.first, let last = frames.last {
             lastSeq = max(lastSeq, last.seq)
             if frames.allSatisfy({ $0.typeIndex == first.typeIndex }) {
-                framesOut[first.typeIndex] += shareRun(frames, with: byType[first.typeIndex].values)
+                framesOut[first.typeIndex] += shareRun(
+                    frames,
+                    with: byType[first.typeIndex].values,
+                    flushingAtOnce: flushingAtOnce
+                )
             } else {
                 // Broadcasts of several types in one run (not made by the todo app, whose
                 // broadcasts are all of one type): each subscriber gets its own, one by one.
@@ -226,7 +239,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 for frame in frames { runTypes.insert(frame.typeIndex) }
                 for (session, types) in subscribed.values where session.ownFramesPass != pass {
                     guard types.bits & runTypes.bits != 0 else { continue }
-                    writeOwn([], to: session, frames, personal)
+                    writeOwn([], to: session, frames, personal, flushingAtOnce: flushingAtOnce)
                 }
             }
         }
@@ -237,7 +250,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// returns how many frames were written.
     private func shareRun(
         _ frames: [BroadcastFrame],
-        with subscribers: Dictionary<SessionID, SessionHandler<Codec>>.Values
+        with subscribers: Dictionary<SessionID, SessionHandler<Codec>>.Values,
+        flushingAtOnce: Bool
     ) -> Int {
         let run = Self.joined(frames)
         var written = 0
@@ -249,7 +263,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 webSocketRun = WebSocketFraming.textFrames(frames.map(\.plain))
             }
             if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames) {
-                touched.append(session)
+                settle(session, flushingAtOnce: flushingAtOnce)
             }
         }
         return written
@@ -261,7 +275,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         _ list: [OwnFrame],
         to session: SessionHandler<Codec>,
         _ frames: [BroadcastFrame],
-        _ personal: [PersonalFrame]
+        _ personal: [PersonalFrame],
+        flushingAtOnce: Bool
     ) {
         let types = subscribed[session.id]?.types ?? TypeSet()
         var pending = false
@@ -294,7 +309,16 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             }
         }
         writeShared(upTo: frames.count)
-        if pending { touched.append(session) }
+        if pending { settle(session, flushingAtOnce: flushingAtOnce) }
+    }
+
+    /// A session has frames of this pass to flush: at once, or with the drain's others.
+    private func settle(_ session: SessionHandler<Codec>, flushingAtOnce: Bool) {
+        if flushingAtOnce {
+            session.flushPending()
+        } else {
+            touched.append(session)
+        }
     }
 
     /// The frames' bytes in one buffer (the frame's own buffer when there is one).
