@@ -128,9 +128,10 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     }
 
     /// Fans out each run of broadcasts, with the replies and monitors' copies among them, in
-    /// one pass; `gap` and control frames, which go to everyone, end a run. Then flushes every
-    /// connection written to once, and only then tells sessions which requests are answered
-    /// (they may go on with frames held back).
+    /// one pass; `gap` and control frames, which go to everyone, end a run. Every connection
+    /// written to is flushed once (in the last run as soon as it is written, see `fanOut`), and
+    /// only then are sessions told which requests are answered (they may go on with frames
+    /// held back).
     private func emptyInbox() {
         let items = inbox.withLockedValue { $0.take() }
         var run: [BroadcastFrame] = []
