@@ -163,7 +163,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             case .answered(let id):
                 answered.append(id)
             case .gap(let seq):
-                fanOut(run, personal)
+                fanOut(run, personal, flushingAtOnce: false)
                 (run, personal) = ([], [])
                 lastSeq = max(lastSeq, seq)
                 let frame = OutboundFrame.op("gap", correlation: nil) { writer in
@@ -172,13 +172,11 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 }
                 for session in sessions.values { session.deliverControl(frame) }
             case .run(let body):
-                fanOut(run, personal)
+                fanOut(run, personal, flushingAtOnce: false)
                 (run, personal) = ([], [])
                 body()
             }
         }
-        // The last run of the drain: nothing more comes to any session in this pass, so each
-        // is flushed as soon as it is written, while its connection's state is still in cache.
         fanOut(run, personal, flushingAtOnce: true)
         let flushing = touched
         touched = []
@@ -196,7 +194,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// is written, not in a second pass over every session written to: a connection's state
     /// is then read while it is still in cache, and each flush comes earlier. A session that
     /// was written in an earlier run of the same drain still waits for the drain's flush.
-    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame], flushingAtOnce: Bool = false) {
+    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame], flushingAtOnce: Bool) {
         if frames.isEmpty, personal.isEmpty { return }
         pass &+= 1
         // What each session with frames of its own gets, in order.
