@@ -67,6 +67,7 @@ final class SQLiteBackend: StorageBackend {
         directory: String,
         retention: JournalRetention,
         synchronousFull: Bool,
+        walWriteBufferBytes: Int,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
         thread: StoreThread,
@@ -86,7 +87,11 @@ final class SQLiteBackend: StorageBackend {
             try await Migrations.run(on: reader)
             try await reader.exec("PRAGMA query_only=1")
             let writer = try await thread.perform {
-                try SQLiteWriter.open(path: path, synchronousFull: synchronousFull)
+                try SQLiteWriter.open(
+                    path: path,
+                    synchronousFull: synchronousFull,
+                    walWriteBufferBytes: walWriteBufferBytes
+                )
             }
             opened.writer = writer
             let checkpointer = try await SQLiteConnection.open(

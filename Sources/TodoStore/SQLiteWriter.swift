@@ -55,12 +55,15 @@ final class SQLiteWriter: @unchecked Sendable {
 
     /// Opens the database at `path` (which migrations have prepared) for writing. The writer
     /// never checkpoints (`wal_autocheckpoint=0`): `SQLiteBackend` does, on a connection of
-    /// its own.
-    static func open(path: String, synchronousFull: Bool) throws -> SQLiteWriter {
+    /// its own. With `synchronousFull`, a commit's WAL frames are gathered into writes of up
+    /// to `walWriteBufferBytes` (`SQLiteDataSyncVFS`; zero: none).
+    static func open(path: String, synchronousFull: Bool, walWriteBufferBytes: Int = 0) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         // The WAL is synced with fdatasync (SQLiteDataSyncVFS), where the VFS could be made.
-        let vfs = SQLiteDataSyncVFS.shared == nil ? nil : SQLiteDataSyncVFS.name
+        // Its writes are gathered only where every commit syncs it: the sync is what makes
+        // them reach the file before other connections learn of the commit.
+        let vfs = SQLiteDataSyncVFS.shared?.name(writeBufferBytes: synchronousFull ? walWriteBufferBytes : 0)
         let opened = sqlite_nio_sqlite3_open_v2(path, &handle, flags, vfs)
         guard opened == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "cannot open"

@@ -74,6 +74,7 @@ enum ConfigFile {
         "store.sequencer_gather_us": .int(0...100_000),
         "store.max_queued_requests": .int(1...10_000_000),
         "store.synchronous": .choice(["full", "normal"]),
+        "store.sqlite_wal_write_buffer_kib": .int(0...65_536),
         "shutdown.drain_timeout_ms": .int(0...600_000),
         "shutdown.reconnect_after_ms": .int(0...600_000),
     ]

@@ -90,6 +90,9 @@ struct DaemonOptions: Sendable {
     /// Requests waiting for the sequencer at most.
     var maxQueuedRequests = 65_536
     var synchronousFull = true
+    /// SQLite with `synchronousFull`: the bytes of a commit's WAL frames gathered into one
+    /// write (`SQLiteDataSyncVFS`); 0 writes each frame as SQLite does.
+    var walWriteBufferBytes = 1 << 20
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
     var environment: [String: String] = ProcessInfo.processInfo.environment
 
@@ -424,6 +427,7 @@ final class Daemon: Sendable {
                     directory: options.dataDirectory,
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
+                    walWriteBufferBytes: options.walWriteBufferBytes,
                     eventLoop: group.next(),
                     thread: thread,
                     logger: logger
