@@ -2,7 +2,12 @@
 /// Foundation, no intermediate objects. Used to encode every outbound frame once.
 public struct JSONWriter: Sendable {
     public private(set) var bytes: [UInt8]
-    private var needsComma: [Bool] = []
+    /// Open containers, and whether each already has a value (so a comma goes before the
+    /// next): the outermost 64 as bits, any deeper in `deeperLevels`. No allocation for the
+    /// nesting of every frame the daemon writes.
+    private var depth = 0
+    private var hasValueBits: UInt64 = 0
+    private var deeperLevels: [Bool] = []
 
     public init(capacity: Int = 256) {
         bytes = []
@@ -12,23 +17,23 @@ public struct JSONWriter: Sendable {
     public mutating func beginObject() {
         separate()
         bytes.append(UInt8(ascii: "{"))
-        needsComma.append(false)
+        open()
     }
 
     public mutating func endObject() {
         bytes.append(UInt8(ascii: "}"))
-        needsComma.removeLast()
+        close()
     }
 
     public mutating func beginArray() {
         separate()
         bytes.append(UInt8(ascii: "["))
-        needsComma.append(false)
+        open()
     }
 
     public mutating func endArray() {
         bytes.append(UInt8(ascii: "]"))
-        needsComma.removeLast()
+        close()
     }
 
     /// Writes `"name":`; the value written next belongs to it.
@@ -103,8 +108,28 @@ public struct JSONWriter: Sendable {
             pendingValueAfterKey = false
             return
         }
-        guard let last = needsComma.indices.last else { return }
-        if needsComma[last] { bytes.append(UInt8(ascii: ",")) } else { needsComma[last] = true }
+        guard depth > 0 else { return }
+        let level = depth - 1
+        let hasValue: Bool
+        if level < 64 {
+            hasValue = hasValueBits & (1 << level) != 0
+            hasValueBits |= 1 << level
+        } else {
+            hasValue = deeperLevels[level - 64]
+            deeperLevels[level - 64] = true
+        }
+        if hasValue { bytes.append(UInt8(ascii: ",")) }
+    }
+
+    private mutating func open() {
+        if depth < 64 { hasValueBits &= ~(1 << depth) } else { deeperLevels.append(false) }
+        depth += 1
+    }
+
+    private mutating func close() {
+        guard depth > 0 else { return }
+        depth -= 1
+        if depth >= 64 { deeperLevels.removeLast() }
     }
 
     private static let trueBytes = Array("true".utf8)

@@ -4,8 +4,7 @@ import NIOCore
 /// Builds the daemon's frames. Every frame ends with `\n`; the WebSocket transport drops it.
 enum OutboundFrame {
     static func buffer(_ writer: JSONWriter) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(writer.bytes.count + 1)
+        var buffer = ByteBufferAllocator().buffer(capacity: writer.bytes.count + 1)
         buffer.writeBytes(writer.bytes)
         buffer.writeInteger(UInt8(ascii: "\n"))
         return buffer
@@ -31,35 +30,36 @@ enum OutboundFrame {
         mark: MutationMark? = nil,
         body: EncodedBody
     ) -> ByteBuffer {
-        var writer = JSONWriter(capacity: 128 + bodyCount(body))
-        writer.beginObject()
-        if let seq { writer.field("seq", seq) }
-        writer.field("type", type)
-        writeCorrelation(&writer, correlation)
-        if let session { writer.field("session", session) }
+        // The head (up to the body's key) is written apart, and the frame's buffer made once
+        // from it and the body, already encoded: the body is copied once.
+        var head = JSONWriter(capacity: 96 + type.utf8.count)
+        head.beginObject()
+        if let seq { head.field("seq", seq) }
+        head.field("type", type)
+        writeCorrelation(&head, correlation)
+        if let session { head.field("session", session) }
         if let mark {
-            writer.field("mid", mark.mid)
+            head.field("mid", mark.mid)
             if let appliedSeq = mark.appliedSeq {
-                writer.field("duplicate", true)
-                writer.field("applied_seq", appliedSeq)
+                head.field("duplicate", true)
+                head.field("applied_seq", appliedSeq)
             }
         }
+        let bytes: [UInt8]
         switch body {
-        case .payload(let bytes):
-            writer.key("payload")
-            writer.raw(bytes)
-        case .error(let bytes):
-            writer.key("error")
-            writer.raw(bytes)
+        case .payload(let payload):
+            head.key("payload")
+            bytes = payload
+        case .error(let error):
+            head.key("error")
+            bytes = error
         }
-        writer.endObject()
-        return buffer(writer)
-    }
-
-    private static func bodyCount(_ body: EncodedBody) -> Int {
-        switch body {
-        case .payload(let bytes), .error(let bytes): return bytes.count
-        }
+        var buffer = ByteBufferAllocator().buffer(capacity: head.bytes.count + bytes.count + 2)
+        buffer.writeBytes(head.bytes)
+        buffer.writeBytes(bytes)
+        buffer.writeInteger(UInt8(ascii: "}"))
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        return buffer
     }
 
     static func error(_ code: RelayErrorCode, _ message: String, correlation: CorrelationID?) -> ByteBuffer {

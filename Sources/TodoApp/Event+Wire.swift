@@ -63,9 +63,9 @@ public struct TodoWireCodec: EventCodec {
                 writer.endArray()
             }
         case .responseTodoViewModel(let result):
-            return body(result) { $0.write($1) }
+            return body(result, capacity: (try? result.get()).map { Self.capacity(for: $0.todo) }) { $0.write($1) }
         case .responseTodoDetailViewModel(let result), .responseUpdateDetailViewModel(let result):
-            return body(result) { $0.write($1) }
+            return body(result, capacity: (try? result.get()).map { Self.capacity(for: $0.todo) }) { $0.write($1) }
         case .requestReadTodos(let read):
             writer.write(read)
         case .responseTodos(_, let result):
@@ -82,8 +82,12 @@ public struct TodoWireCodec: EventCodec {
         return .payload(writer.bytes)
     }
 
-    private func body<T>(_ result: Result<T, AppError>, _ encode: (inout JSONWriter, T) -> Void) -> EncodedBody {
-        var writer = JSONWriter()
+    private func body<T>(
+        _ result: Result<T, AppError>,
+        capacity: Int? = nil,
+        _ encode: (inout JSONWriter, T) -> Void
+    ) -> EncodedBody {
+        var writer = capacity.map { JSONWriter(capacity: $0) } ?? JSONWriter()
         switch result {
         case .success(let value):
             encode(&writer, value)
@@ -94,10 +98,16 @@ public struct TodoWireCodec: EventCodec {
         }
     }
 
+    /// Bytes enough, unless its text needs escapes, for a view model of `todo` (a detail view
+    /// model writes the title and subtitle twice): the writer's buffer is allocated once.
+    static func capacity(for todo: Todo) -> Int {
+        512 + 2 * (todo.title.utf8.count + todo.subtitle.utf8.count)
+    }
+
     /// The journal record of the broadcast a committed todo causes. Byte for byte what
     /// `encodeBody` writes for its `ResponseTodoViewModel`.
     public static func broadcastRecord(for todo: Todo) -> (type: String, payload: [UInt8]) {
-        var writer = JSONWriter()
+        var writer = JSONWriter(capacity: capacity(for: todo))
         writer.write(TodoViewModel(todo: todo))
         return (Event.Kind.responseTodoViewModel.rawValue, writer.bytes)
     }

@@ -4,8 +4,21 @@ public enum TodoPriority: String, Sendable, Hashable, CaseIterable {
     case high
     case normal
 
-    /// The seed's display string: `HIGH`, `NORMAL`.
-    public var displayString: String { rawValue.uppercased() }
+    /// The seed's display string: `HIGH`, `NORMAL` (literals: written into every view model).
+    public var displayString: String {
+        switch self {
+        case .high: "HIGH"
+        case .normal: "NORMAL"
+        }
+    }
+
+    /// The list row's subtitle, `Priority: HIGH` (`TodoViewModel.subtitle`).
+    var prioritySubtitle: String {
+        switch self {
+        case .high: "Priority: HIGH"
+        case .normal: "Priority: NORMAL"
+        }
+    }
 }
 
 /// The seed's model object, plus a version for optimistic concurrency.
@@ -73,7 +86,10 @@ extension Todo {
     /// keep the same rules.
     private static func nulError(in text: String, field: String) -> AppError? {
         // Scanned as contiguous bytes: iterating the UTF-8 view by index costs far more.
-        let hasNul = text.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? text.utf8.contains(0)
+        let hasNul =
+            text.utf8.withContiguousStorageIfAvailable { bytes in
+                bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
+            } ?? text.utf8.contains(0)
         guard hasNul else { return nil }
         return AppError(
             code: .validationFailed,

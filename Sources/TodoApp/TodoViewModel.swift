@@ -5,7 +5,7 @@ public struct TodoViewModel: Sendable, Hashable {
     public init(todo: Todo) { self.todo = todo }
 
     public var title: String { todo.title }
-    public var subtitle: String { "Priority: \(todo.priority.displayString)" }
+    public var subtitle: String { todo.priority.prioritySubtitle }
     public var complete: Bool { todo.complete }
     public var deleted: Bool { todo.deleted }
     public var completeActionTitle: String { complete ? "Uncomplete" : "Complete" }

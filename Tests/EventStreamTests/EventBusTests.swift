@@ -386,6 +386,29 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
         }
     }
 
+    /// Commas are right at every depth, past the 64 levels kept as bits too, and after
+    /// containers close back to a level that already had a value.
+    @Test func separatesValuesAtEveryDepth() {
+        for depth in [1, 2, 63, 64, 65, 66, 130] {
+            var writer = JSONWriter()
+            // Each level: 1, the next level, an empty object, 2.
+            func write(_ level: Int) {
+                writer.beginArray()
+                writer.integer(1)
+                if level < depth { write(level + 1) }
+                writer.beginObject()
+                writer.endObject()
+                writer.integer(2)
+                writer.endArray()
+            }
+            func expected(_ level: Int) -> String {
+                "[1," + (level < depth ? expected(level + 1) + "," : "") + "{},2]"
+            }
+            write(1)
+            #expect(String(decoding: writer.bytes, as: UTF8.self) == expected(1), "\(depth)")
+        }
+    }
+
     @Test func writesIntegersAtTheirLimits() {
         let values: [Int64] = [0, 7, -7, 10, -10, 99, 100, 1_000_000_007, Int64.max, Int64.min]
         for value in values {
