@@ -80,6 +80,21 @@ public struct JSONWriter: Sendable {
         bytes.append(contentsOf: Self.nullBytes)
     }
 
+    /// Writes a string of at most `capacity` bytes that need no escaping (hex digits, a
+    /// timestamp), filled in place by `fill`, which returns how many it wrote: no string is
+    /// made for it.
+    public mutating func unescapedString(capacity: Int, _ fill: (UnsafeMutableBufferPointer<UInt8>) -> Int) {
+        separate()
+        bytes.append(UInt8(ascii: "\""))
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: capacity))
+        let written = bytes.withUnsafeMutableBufferPointer { buffer in
+            min(max(fill(UnsafeMutableBufferPointer(rebasing: buffer[start..<start + capacity])), 0), capacity)
+        }
+        bytes.removeLast(capacity - written)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
     /// Appends an already encoded JSON value verbatim.
     public mutating func raw(_ json: some Sequence<UInt8>) {
         separate()

@@ -334,15 +334,31 @@ private struct DetailPayload: ParsedPayload {
 }
 
 extension JSONWriter {
+    /// A UUID's canonical lowercase form, written in place.
+    mutating func write(_ id: UUID) {
+        unescapedString(capacity: 36) { id.writeLowercased(into: $0) }
+    }
+
+    /// A timestamp's RFC 3339 form, written in place when it has the usual 24 bytes.
+    mutating func write(_ time: Timestamp) {
+        if time.hasFourDigitYear {
+            unescapedString(capacity: 24) { time.writeRFC3339(into: $0) ?? 0 }
+        } else {
+            string(time.rfc3339)
+        }
+    }
+
     mutating func write(_ todo: Todo) {
         beginObject()
-        field("id", todo.id.lowercased)
-        field("createdAt", todo.createdAt.rfc3339)
+        key("id")
+        write(todo.id)
+        key("createdAt")
+        write(todo.createdAt)
         field("title", todo.title)
         field("subtitle", todo.subtitle)
         field("priority", todo.priority.rawValue)
         key("completedAt")
-        if let completedAt = todo.completedAt { string(completedAt.rfc3339) } else { null() }
+        if let completedAt = todo.completedAt { write(completedAt) } else { null() }
         field("deleted", todo.deleted)
         field("version", todo.version)
         endObject()
@@ -389,7 +405,8 @@ extension JSONWriter {
 
     mutating func write(_ reference: TodoReference) {
         beginObject()
-        field("id", reference.id.lowercased)
+        key("id")
+        write(reference.id)
         if let version = reference.version { field("version", version) }
         endObject()
     }
@@ -406,7 +423,7 @@ extension JSONWriter {
     mutating func write(_ read: ReadTodos) {
         beginObject()
         key("id")
-        if let id = read.id { string(id.lowercased) } else { null() }
+        if let id = read.id { write(id) } else { null() }
         field("purpose", read.purpose == .list ? "list" : "detail")
         endObject()
     }

@@ -11,49 +11,63 @@ public struct Timestamp: Sendable, Hashable, Comparable {
 
     /// RFC 3339, UTC, milliseconds.
     public var rfc3339: String {
+        let usual = String(unsafeUninitializedCapacity: 24) { writeRFC3339(into: $0) ?? 0 }
+        if !usual.isEmpty { return usual }
+        let (year, month, day, hour, minute, second, milli) = fields
+        return
+            "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
+    }
+
+    /// Writes the usual form's 24 ASCII bytes at the start of `buffer` (which holds at least
+    /// 24) and returns 24; nil, writing nothing, for a year outside 0…9999 (`rfc3339` spells
+    /// those).
+    func writeRFC3339(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int? {
+        let (year, month, day, hour, minute, second, milli) = fields
+        guard (0...9999).contains(year) else { return nil }
+        var index = 0
+        func digits(_ value: Int64, _ width: Int) {
+            var rest = value
+            for offset in stride(from: width - 1, through: 0, by: -1) {
+                buffer[index + offset] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            }
+            index += width
+        }
+        func byte(_ character: Unicode.Scalar) {
+            buffer[index] = UInt8(ascii: character)
+            index += 1
+        }
+        digits(year, 4)
+        byte("-")
+        digits(month, 2)
+        byte("-")
+        digits(day, 2)
+        byte("T")
+        digits(hour, 2)
+        byte(":")
+        digits(minute, 2)
+        byte(":")
+        digits(second, 2)
+        byte(".")
+        digits(milli, 3)
+        byte("Z")
+        return index
+    }
+
+    /// Whether the year is 0…9999: the instants `writeRFC3339` writes.
+    var hasFourDigitYear: Bool {
+        (-62_167_219_200_000..<253_402_300_800_000).contains(millisecondsSince1970)
+    }
+
+    /// Year, month, day, hour, minute, second and millisecond, in UTC.
+    private var fields: (Int64, Int64, Int64, Int64, Int64, Int64, Int64) {
         let ms = millisecondsSince1970
         let days = floorDiv(ms, 86_400_000)
         let msOfDay = ms - days * 86_400_000
         let (year, month, day) = Self.civil(fromDays: days)
-        let hour = msOfDay / 3_600_000
-        let minute = (msOfDay / 60_000) % 60
-        let second = (msOfDay / 1000) % 60
-        let milli = msOfDay % 1000
-        if (0...9999).contains(year) {
-            // The usual case: 24 ASCII bytes written in place (no intermediate strings).
-            return String(unsafeUninitializedCapacity: 24) { buffer in
-                var index = 0
-                func digits(_ value: Int64, _ width: Int) {
-                    var rest = value
-                    for offset in stride(from: width - 1, through: 0, by: -1) {
-                        buffer[index + offset] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
-                        rest /= 10
-                    }
-                    index += width
-                }
-                func byte(_ character: Unicode.Scalar) {
-                    buffer[index] = UInt8(ascii: character)
-                    index += 1
-                }
-                digits(year, 4)
-                byte("-")
-                digits(month, 2)
-                byte("-")
-                digits(day, 2)
-                byte("T")
-                digits(hour, 2)
-                byte(":")
-                digits(minute, 2)
-                byte(":")
-                digits(second, 2)
-                byte(".")
-                digits(milli, 3)
-                byte("Z")
-                return index
-            }
-        }
-        return
-            "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
+        return (
+            year, month, day, msOfDay / 3_600_000, (msOfDay / 60_000) % 60, (msOfDay / 1000) % 60, msOfDay % 1000
+        )
     }
 
     /// Reads the form `rfc3339` writes (`2026-11-21T19:06:04.123Z`); nil for anything else.

@@ -6,20 +6,24 @@ extension UUID {
     /// The UUID in its canonical lowercase form (`6f1c…-…`), as the wire and the stores write
     /// it. Formats the 16 bytes directly (Foundation's `uuidString` goes through `sprintf`).
     public var lowercased: String {
+        String(unsafeUninitializedCapacity: 36) { writeLowercased(into: $0) }
+    }
+
+    /// Writes the canonical lowercase form's 36 bytes at the start of `buffer` (which holds at
+    /// least 36) and returns 36.
+    func writeLowercased(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
         withUnsafeBytes(of: uuid) { bytes in
-            String(unsafeUninitializedCapacity: 36) { buffer in
-                var out = 0
-                for (index, byte) in bytes.enumerated() {
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        buffer[out] = UInt8(ascii: "-")
-                        out += 1
-                    }
-                    buffer[out] = Self.hexDigits[Int(byte >> 4)]
-                    buffer[out + 1] = Self.hexDigits[Int(byte & 0x0F)]
-                    out += 2
+            var out = 0
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    buffer[out] = UInt8(ascii: "-")
+                    out += 1
                 }
-                return out
+                buffer[out] = Self.hexDigits[Int(byte >> 4)]
+                buffer[out + 1] = Self.hexDigits[Int(byte & 0x0F)]
+                out += 2
             }
+            return out
         }
     }
 }

@@ -1,3 +1,4 @@
+import EventStream
 import Foundation
 import Testing
 
@@ -152,6 +153,18 @@ func stored(_ version: Int = 3, completedAt: Timestamp? = nil, deleted: Bool = f
         #expect(Timestamp(millisecondsSince1970: -62_167_219_200_000).rfc3339 == "0000-01-01T00:00:00.000Z")
         #expect(Timestamp(millisecondsSince1970: 253_402_300_799_999).rfc3339 == "9999-12-31T23:59:59.999Z")
         #expect(Timestamp(millisecondsSince1970: 253_402_300_800_000).rfc3339 == "10000-01-01T00:00:00.000Z")
+        // A JSON writer writes the same, in place or not.
+        let edges: [(Int64, Bool)] = [
+            (-62_167_219_200_001, false), (-62_167_219_200_000, true), (0, true), (253_402_300_799_999, true),
+            (253_402_300_800_000, false),
+        ]
+        for (ms, inPlace) in edges {
+            let time = Timestamp(millisecondsSince1970: ms)
+            var writer = JSONWriter()
+            writer.write(time)
+            #expect(String(decoding: writer.bytes, as: UTF8.self) == "\"\(time.rfc3339)\"")
+            #expect(time.hasFourDigitYear == inPlace)
+        }
         // Whatever it writes reads back as the same instant.
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<1000 {
