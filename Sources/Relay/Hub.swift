@@ -15,6 +15,21 @@ struct BroadcastFrame: Sendable {
     /// When the broadcast reached the hub, for the fan-out latency histogram.
     var receivedAt = NIODeadline.now()
 
+    /// The same frame with the requester's copy in a buffer of its own, which also stands for
+    /// the plain frame: for a loop that writes only the requester's copy (`ownCopy`).
+    func withOwnOriginCopy() -> BroadcastFrame {
+        let copy = ByteBuffer(bytes: originCopy.readableBytesView)
+        return BroadcastFrame(
+            seq: seq,
+            typeIndex: typeIndex,
+            plain: copy,
+            origin: origin,
+            originCopy: copy,
+            originShard: originShard,
+            receivedAt: receivedAt
+        )
+    }
+
     /// The same frame in buffers of its own.
     func withOwnBytes() -> BroadcastFrame {
         let plain = ByteBuffer(bytes: self.plain.readableBytesView)

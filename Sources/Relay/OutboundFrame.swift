@@ -30,36 +30,70 @@ enum OutboundFrame {
         mark: MutationMark? = nil,
         body: EncodedBody
     ) -> ByteBuffer {
-        // The head (up to the body's key) is written apart, and the frame's buffer made once
-        // from it and the body, already encoded: the body is copied once.
-        var head = JSONWriter(capacity: 96 + type.utf8.count)
-        head.beginObject()
-        if let seq { head.field("seq", seq) }
-        head.field("type", type)
-        writeCorrelation(&head, correlation)
-        if let session { head.field("session", session) }
+        let bytes: [UInt8]
+        let bodyKey: StaticString
+        switch body {
+        case .payload(let payload): (bytes, bodyKey) = (payload, ",\"payload\":")
+        case .error(let error): (bytes, bodyKey) = (error, ",\"error\":")
+        }
+        // Written straight into the frame's buffer, sized once: no writer, and the encoded
+        // body copied once. The strings come from the catalog, the client or the journal, so
+        // each is escaped where it needs it (`writeString`).
+        var textBytes = type.utf8.count + (session?.utf8.count ?? 0) + (mark?.mid.utf8.count ?? 0)
+        if case .string(let text) = correlation { textBytes += text.utf8.count }
+        var buffer = ByteBufferAllocator().buffer(capacity: 128 + textBytes + bytes.count)
+        buffer.writeStaticString("{")
+        if let seq {
+            buffer.writeStaticString("\"seq\":")
+            buffer.writeString(String(seq))
+            buffer.writeStaticString(",")
+        }
+        buffer.writeStaticString("\"type\":")
+        writeString(type, to: &buffer)
+        switch correlation {
+        case .string(let text)?:
+            buffer.writeStaticString(",\"re\":")
+            writeString(text, to: &buffer)
+        case .integer(let number)?:
+            buffer.writeStaticString(",\"re\":")
+            buffer.writeString(String(number))
+        case nil:
+            break
+        }
+        if let session {
+            buffer.writeStaticString(",\"session\":")
+            writeString(session, to: &buffer)
+        }
         if let mark {
-            head.field("mid", mark.mid)
+            buffer.writeStaticString(",\"mid\":")
+            writeString(mark.mid, to: &buffer)
             if let appliedSeq = mark.appliedSeq {
-                head.field("duplicate", true)
-                head.field("applied_seq", appliedSeq)
+                buffer.writeStaticString(",\"duplicate\":true,\"applied_seq\":")
+                buffer.writeString(String(appliedSeq))
             }
         }
-        let bytes: [UInt8]
-        switch body {
-        case .payload(let payload):
-            head.key("payload")
-            bytes = payload
-        case .error(let error):
-            head.key("error")
-            bytes = error
-        }
-        var buffer = ByteBufferAllocator().buffer(capacity: head.bytes.count + bytes.count + 2)
-        buffer.writeBytes(head.bytes)
+        buffer.writeStaticString(bodyKey)
         buffer.writeBytes(bytes)
-        buffer.writeInteger(UInt8(ascii: "}"))
-        buffer.writeInteger(UInt8(ascii: "\n"))
+        buffer.writeStaticString("}\n")
         return buffer
+    }
+
+    /// Appends `text` as a JSON string: as it is when none of its bytes needs an escape (the
+    /// usual case), through `JSONWriter` otherwise.
+    private static func writeString(_ text: String, to buffer: inout ByteBuffer) {
+        var text = text
+        let plain = text.withUTF8 { utf8 in
+            !utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+        }
+        guard plain else {
+            var writer = JSONWriter(capacity: text.utf8.count + 16)
+            writer.string(text)
+            buffer.writeBytes(writer.bytes)
+            return
+        }
+        buffer.writeStaticString("\"")
+        buffer.writeString(text)
+        buffer.writeStaticString("\"")
     }
 
     static func error(_ code: RelayErrorCode, _ message: String, correlation: CorrelationID?) -> ByteBuffer {

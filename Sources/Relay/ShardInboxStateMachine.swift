@@ -77,7 +77,8 @@ struct ShardInboxStateMachine: Sendable {
                 added = true
             case .broadcast(let frame):
                 if frame.origin != nil, frame.originShard == shard {
-                    items.append(.ownCopy(kept(frame)))
+                    // Only the requester's copy is written from it: only that one is copied.
+                    items.append(.ownCopy(ownBytes ? frame.withOwnOriginCopy() : frame))
                     added = true
                 } else {
                     skippedThrough = max(skippedThrough, frame.seq)
