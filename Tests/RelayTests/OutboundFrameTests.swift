@@ -8,38 +8,63 @@ import Testing
 /// Event frames, written straight into their buffers: the same JSON a writer makes, each
 /// string escaped where it needs it, every optional field in its place.
 @Suite struct OutboundFrameTests {
-    /// What the frame must be, made with `JSONWriter`.
-    private func reference(
-        seq: UInt64?,
-        type: String,
-        correlation: CorrelationID?,
-        session: String?,
-        mark: MutationMark?,
-        body: EncodedBody
-    ) -> String {
-        var writer = JSONWriter()
-        writer.beginObject()
-        if let seq { writer.field("seq", seq) }
-        writer.field("type", type)
-        OutboundFrame.writeCorrelation(&writer, correlation)
-        if let session { writer.field("session", session) }
-        if let mark {
-            writer.field("mid", mark.mid)
-            if let appliedSeq = mark.appliedSeq {
-                writer.field("duplicate", true)
-                writer.field("applied_seq", appliedSeq)
+    /// One frame's fields.
+    private struct Fields {
+        let seq: UInt64?
+        let type: String
+        let correlation: CorrelationID?
+        let session: String?
+        let mark: MutationMark?
+        let body: EncodedBody
+
+        init(
+            _ seq: UInt64?,
+            _ type: String,
+            _ correlation: CorrelationID?,
+            _ session: String?,
+            _ mark: MutationMark?,
+            _ body: EncodedBody
+        ) {
+            (self.seq, self.type, self.correlation, self.session, self.mark, self.body) =
+                (seq, type, correlation, session, mark, body)
+        }
+
+        var frame: ByteBuffer {
+            OutboundFrame.event(
+                seq: seq,
+                type: type,
+                correlation: correlation,
+                session: session,
+                mark: mark,
+                body: body
+            )
+        }
+
+        /// What the frame must be, made with `JSONWriter`.
+        var reference: String {
+            var writer = JSONWriter()
+            writer.beginObject()
+            if let seq { writer.field("seq", seq) }
+            writer.field("type", type)
+            OutboundFrame.writeCorrelation(&writer, correlation)
+            if let session { writer.field("session", session) }
+            if let mark {
+                writer.field("mid", mark.mid)
+                if let appliedSeq = mark.appliedSeq {
+                    writer.field("duplicate", true)
+                    writer.field("applied_seq", appliedSeq)
+                }
             }
-        }
-        switch body {
-        case .payload(let bytes):
-            writer.key("payload")
+            let (key, bytes) =
+                switch body {
+                case .payload(let bytes): ("payload", bytes)
+                case .error(let bytes): ("error", bytes)
+                }
+            writer.key(key)
             writer.raw(bytes)
-        case .error(let bytes):
-            writer.key("error")
-            writer.raw(bytes)
+            writer.endObject()
+            return String(decoding: writer.bytes, as: UTF8.self) + "\n"
         }
-        writer.endObject()
-        return String(decoding: writer.bytes, as: UTF8.self) + "\n"
     }
 
     @Test func everyFieldIsWrittenAsAWriterWouldAndStringsAreEscapedWhereTheyNeedIt() throws {
@@ -58,23 +83,8 @@ import Testing
                     for session: String? in [nil, "5a0c1b9e-0000-4000-8000-000000000001", "s\"x"] {
                         for mark in marks {
                             for body in bodies {
-                                let frame = OutboundFrame.event(
-                                    seq: seq,
-                                    type: type,
-                                    correlation: correlation,
-                                    session: session,
-                                    mark: mark,
-                                    body: body
-                                )
-                                let expected = reference(
-                                    seq: seq,
-                                    type: type,
-                                    correlation: correlation,
-                                    session: session,
-                                    mark: mark,
-                                    body: body
-                                )
-                                #expect(String(buffer: frame) == expected)
+                                let fields = Fields(seq, type, correlation, session, mark, body)
+                                #expect(String(buffer: fields.frame) == fields.reference)
                                 checked += 1
                             }
                         }
