@@ -13,18 +13,25 @@
 /// `run` is inlinable so that it is specialised for the app's event type where the daemon
 /// uses it: unspecialised, every generic type it touches was looked up at run time.
 public struct EventBus<Event: StreamEvent>: Sendable {
-    @usableFromInline let serversByType: [String: [any EventServer<Event>]]
+    /// Where each observed type goes: its servers, and whether the model layer takes it too
+    /// (one look-up per event).
+    @usableFromInline let routes: [String: Route]
     @usableFromInline let model: (any BatchServer<Event>)?
-    @usableFromInline let modelTypes: Set<String>
+
+    @usableFromInline
+    struct Route: Sendable {
+        @usableFromInline var servers: [any EventServer<Event>] = []
+        @usableFromInline var toModel = false
+    }
 
     public init(servers: [any EventServer<Event>], model: (any BatchServer<Event>)? = nil) {
-        var index: [String: [any EventServer<Event>]] = [:]
+        var routes: [String: Route] = [:]
         for server in servers {
-            for name in server.observes { index[name, default: []].append(server) }
+            for name in server.observes { routes[name, default: Route()].servers.append(server) }
         }
-        self.serversByType = index
+        for name in model?.observes ?? [] { routes[name, default: Route()].toModel = true }
+        self.routes = routes
         self.model = model
-        self.modelTypes = model?.observes ?? []
     }
 
     /// Runs a batch of published events (each `.internal`, from its origin) and returns what
@@ -59,14 +66,13 @@ public struct EventBus<Event: StreamEvent>: Sendable {
         run.perRequest[request].append(
             Delivery(event, emission.scope, origin, encodedPayload: emission.encodedPayload, mark: emission.mark)
         )
-        if let servers = serversByType[event.name] {
-            for server in servers {
-                for next in server.handle(event, origin: origin) {
-                    publish(next, origin: origin, request: request, into: &run)
-                }
+        guard let route = routes[event.name] else { return }
+        for server in route.servers {
+            for next in server.handle(event, origin: origin) {
+                publish(next, origin: origin, request: request, into: &run)
             }
         }
-        if modelTypes.contains(event.name) {
+        if route.toModel {
             run.parked.append((event, origin, request))
         }
     }
@@ -81,7 +87,15 @@ struct BatchRun<Event: StreamEvent> {
 
     @inlinable
     init(count: Int) {
-        perRequest = Array(repeating: [], count: count)
+        // Room for the events a request usually causes (an edit: five), so that each list is
+        // allocated once.
+        perRequest = []
+        perRequest.reserveCapacity(count)
+        for _ in 0..<count {
+            var list: [Delivery<Event>] = []
+            list.reserveCapacity(6)
+            perRequest.append(list)
+        }
     }
 
     @inlinable

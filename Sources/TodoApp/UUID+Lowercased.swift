@@ -11,7 +11,7 @@ extension UUID {
 
     /// Writes the canonical lowercase form's 36 bytes at the start of `buffer` (which holds at
     /// least 36) and returns 36.
-    func writeLowercased(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    public func writeLowercased(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
         withUnsafeBytes(of: uuid) { bytes in
             var out = 0
             for (index, byte) in bytes.enumerated() {

@@ -137,7 +137,7 @@ final class SQLiteWriter: @unchecked Sendable {
             for record in batch {
                 let todo = record.todo
                 let save = statements.saveTodo
-                try bind(save, 1, todo.id.lowercased)
+                try bind(save, 1, id: todo.id)
                 try bind(save, 2, record.rowID)
                 try bind(save, 3, todo.createdAt.millisecondsSince1970)
                 try bind(save, 4, todo.title)
@@ -252,6 +252,26 @@ final class SQLiteWriter: @unchecked Sendable {
                     UInt8(SQLITE_UTF8)
                 )
             }
+        }
+        try check(result)
+    }
+
+    /// A UUID as its canonical lowercase text, formatted on the stack (no string made).
+    private func bind(_ statement: OpaquePointer, _ index: Int32, id: UUID) throws {
+        let result = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { buffer in
+            let count = id.writeLowercased(into: buffer)
+            return buffer.baseAddress.map { base in
+                base.withMemoryRebound(to: CChar.self, capacity: count) { text in
+                    sqlite_nio_sqlite3_bind_text64(
+                        statement,
+                        index,
+                        text,
+                        UInt64(count),
+                        Self.transient,
+                        UInt8(SQLITE_UTF8)
+                    )
+                }
+            } ?? SQLITE_MISUSE
         }
         try check(result)
     }
