@@ -252,15 +252,18 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         with subscribers: Dictionary<SessionID, SessionHandler<Codec>>.Values,
         flushingAtOnce: Bool
     ) -> Int {
-        let run = Self.joined(frames)
         var written = 0
-        // Framed for WebSocket once, when the first session that takes it is reached.
+        // Joined, and framed for WebSocket, once, when the first session that takes it is
+        // reached (a run that only its requesters get is never joined).
+        var joined: ByteBuffer?
         var webSocketRun: ByteBuffer?
         for session in subscribers where session.ownFramesPass != pass {
             written += frames.count
             if session.takesWebSocketRuns, webSocketRun == nil {
                 webSocketRun = WebSocketFraming.textFrames(frames.map(\.plain))
             }
+            let run = joined ?? Self.joined(frames)
+            joined = run
             if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames) {
                 settle(session, flushingAtOnce: flushingAtOnce)
             }
