@@ -87,7 +87,7 @@ struct BatchRun<Event: StreamEvent> {
 
     @inlinable
     init(count: Int) {
-        // Room for the events a request usually causes (an edit: five), so that each list is
+        // Room for the handful of events a request usually causes, so that each list is
         // allocated once.
         perRequest = []
         perRequest.reserveCapacity(count)

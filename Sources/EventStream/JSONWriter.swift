@@ -189,6 +189,18 @@ public struct JSONWriter: Sendable {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// Whether none of `utf8`'s bytes needs an escape in a JSON string (so it can be written
+    /// between quotes as it is), looked at eight bytes at a time as `string` does.
+    public static func needsNoEscape(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = utf8.baseAddress else { return true }
+        var index = 0
+        while index + 8 <= utf8.count {
+            if mayNeedEscaping(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)) { break }
+            index += 8
+        }
+        return !utf8[index...].contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+    }
+
     /// Whether any of the eight bytes in `word` is below 0x20, a quote or a backslash (exact:
     /// false means none is; true means look at them one by one).
     @inline(__always)

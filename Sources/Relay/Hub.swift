@@ -19,27 +19,23 @@ struct BroadcastFrame: Sendable {
     /// the plain frame: for a loop that writes only the requester's copy (`ownCopy`).
     func withOwnOriginCopy() -> BroadcastFrame {
         let copy = ByteBuffer(bytes: originCopy.readableBytesView)
-        return BroadcastFrame(
-            seq: seq,
-            typeIndex: typeIndex,
-            plain: copy,
-            origin: origin,
-            originCopy: copy,
-            originShard: originShard,
-            receivedAt: receivedAt
-        )
+        return with(plain: copy, originCopy: copy)
     }
 
     /// The same frame in buffers of its own.
     func withOwnBytes() -> BroadcastFrame {
         let plain = ByteBuffer(bytes: self.plain.readableBytesView)
-        let sameCopy = self.originCopy.readableBytes == self.plain.readableBytes
-        return BroadcastFrame(
+        let sameCopy = originCopy.readableBytes == self.plain.readableBytes
+        return with(plain: plain, originCopy: sameCopy ? plain : ByteBuffer(bytes: originCopy.readableBytesView))
+    }
+
+    private func with(plain: ByteBuffer, originCopy: ByteBuffer) -> BroadcastFrame {
+        BroadcastFrame(
             seq: seq,
             typeIndex: typeIndex,
             plain: plain,
             origin: origin,
-            originCopy: sameCopy ? plain : ByteBuffer(bytes: self.originCopy.readableBytesView),
+            originCopy: originCopy,
             originShard: originShard,
             receivedAt: receivedAt
         )

@@ -82,10 +82,7 @@ enum OutboundFrame {
     /// usual case), through `JSONWriter` otherwise.
     private static func writeString(_ text: String, to buffer: inout ByteBuffer) {
         var text = text
-        let plain = text.withUTF8 { utf8 in
-            !utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
-        }
-        guard plain else {
+        guard text.withUTF8(JSONWriter.needsNoEscape) else {
             var writer = JSONWriter(capacity: text.utf8.count + 16)
             writer.string(text)
             buffer.writeBytes(writer.bytes)

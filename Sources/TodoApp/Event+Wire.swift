@@ -63,9 +63,9 @@ public struct TodoWireCodec: EventCodec {
                 writer.endArray()
             }
         case .responseTodoViewModel(let result):
-            return body(result, capacity: (try? result.get()).map { Self.capacity(for: $0.todo) }) { $0.write($1) }
+            return body(result, capacity: { Self.capacity(for: $0.todo) }, { $0.write($1) })
         case .responseTodoDetailViewModel(let result), .responseUpdateDetailViewModel(let result):
-            return body(result, capacity: (try? result.get()).map { Self.capacity(for: $0.todo) }) { $0.write($1) }
+            return body(result, capacity: { Self.capacity(for: $0.todo) }, { $0.write($1) })
         case .requestReadTodos(let read):
             writer.write(read)
         case .responseTodos(_, let result):
@@ -82,17 +82,20 @@ public struct TodoWireCodec: EventCodec {
         return .payload(writer.bytes)
     }
 
+    /// The payload of a successful `result` (in a writer of `capacity` bytes for it, when
+    /// given), or its error.
     private func body<T>(
         _ result: Result<T, AppError>,
-        capacity: Int? = nil,
+        capacity: ((T) -> Int)? = nil,
         _ encode: (inout JSONWriter, T) -> Void
     ) -> EncodedBody {
-        var writer = capacity.map { JSONWriter(capacity: $0) } ?? JSONWriter()
         switch result {
         case .success(let value):
+            var writer = capacity.map { JSONWriter(capacity: $0(value)) } ?? JSONWriter()
             encode(&writer, value)
             return .payload(writer.bytes)
         case .failure(let error):
+            var writer = JSONWriter()
             writer.write(error)
             return .error(writer.bytes)
         }
@@ -342,7 +345,7 @@ extension JSONWriter {
     /// A timestamp's RFC 3339 form, written in place when it has the usual 24 bytes.
     mutating func write(_ time: Timestamp) {
         if time.hasFourDigitYear {
-            unescapedString(capacity: 24) { time.writeRFC3339(into: $0) ?? 0 }
+            unescapedString(capacity: 24) { time.writeRFC3339(into: $0) }
         } else {
             string(time.rfc3339)
         }

@@ -11,19 +11,18 @@ public struct Timestamp: Sendable, Hashable, Comparable {
 
     /// RFC 3339, UTC, milliseconds.
     public var rfc3339: String {
-        let usual = String(unsafeUninitializedCapacity: 24) { writeRFC3339(into: $0) ?? 0 }
-        if !usual.isEmpty { return usual }
+        if hasFourDigitYear { return String(unsafeUninitializedCapacity: 24) { writeRFC3339(into: $0) } }
         let (year, month, day, hour, minute, second, milli) = fields
         return
             "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(milli, 3))Z"
     }
 
     /// Writes the usual form's 24 ASCII bytes at the start of `buffer` (which holds at least
-    /// 24) and returns 24; nil, writing nothing, for a year outside 0…9999 (`rfc3339` spells
-    /// those).
-    func writeRFC3339(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int? {
+    /// 24) and returns 24; writes nothing and returns 0 unless `hasFourDigitYear` (`rfc3339`
+    /// spells those years).
+    func writeRFC3339(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        guard hasFourDigitYear else { return 0 }
         let (year, month, day, hour, minute, second, milli) = fields
-        guard (0...9999).contains(year) else { return nil }
         var index = 0
         func digits(_ value: Int64, _ width: Int) {
             var rest = value

@@ -236,12 +236,13 @@ private func gatheringWrite(
     let state = shared.state(of: file)
     let capacity = state.pointee.gathered.capacity
     let count = Int(amount)
-    guard capacity > 0, count <= capacity else {
-        let made = writeGathered(state)
-        guard made == SQLITE_OK else { return made }
-        guard let write = state.pointee.unix.pointee.xWrite else { return ioErrorWrite }
-        return write(file, data, amount, offset)
+    /// The write made as it is, after the held ones.
+    func writeThrough() -> Int32 {
+        afterHeldWrites(file, fallback: ioErrorWrite) { file, unix in
+            unix.pointee.xWrite.map { $0(file, data, amount, offset) } ?? ioErrorWrite
+        }
     }
+    guard capacity > 0, count <= capacity else { return writeThrough() }
     let gathered = state.pointee.gathered
     let continues = gathered.count > 0 && offset == gathered.offset + Int64(gathered.count)
     if !continues || gathered.count + count > capacity {
@@ -250,10 +251,7 @@ private func gatheringWrite(
         state.pointee.gathered.offset = offset
     }
     if state.pointee.gathered.bytes == nil {
-        guard let bytes = malloc(capacity) else {
-            guard let write = state.pointee.unix.pointee.xWrite else { return ioErrorWrite }
-            return write(file, data, amount, offset)
-        }
+        guard let bytes = malloc(capacity) else { return writeThrough() }
         state.pointee.gathered.bytes = bytes
     }
     guard let bytes = state.pointee.gathered.bytes else { return ioErrorWrite }

@@ -236,44 +236,34 @@ final class SQLiteWriter: @unchecked Sendable {
 
     private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: String?) throws {
         guard var value else { return try check(sqlite_nio_sqlite3_bind_null(statement, index)) }
-        // Bound with its length, so text holding U+0000 is stored whole.
-        let result = value.withUTF8 { utf8 -> Int32 in
-            // An empty buffer may have no address, and SQLite stores NULL for a null pointer.
-            guard let base = utf8.baseAddress, !utf8.isEmpty else {
-                return sqlite_nio_sqlite3_bind_text(statement, index, "", 0, Self.transient)
-            }
-            return base.withMemoryRebound(to: CChar.self, capacity: utf8.count) { text in
-                sqlite_nio_sqlite3_bind_text64(
-                    statement,
-                    index,
-                    text,
-                    UInt64(utf8.count),
-                    Self.transient,
-                    UInt8(SQLITE_UTF8)
-                )
-            }
-        }
-        try check(result)
+        try check(value.withUTF8 { bindText(statement, index, $0) })
     }
 
     /// A UUID as its canonical lowercase text, formatted on the stack (no string made).
     private func bind(_ statement: OpaquePointer, _ index: Int32, id: UUID) throws {
         let result = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { buffer in
-            let count = id.writeLowercased(into: buffer)
-            return buffer.baseAddress.map { base in
-                base.withMemoryRebound(to: CChar.self, capacity: count) { text in
-                    sqlite_nio_sqlite3_bind_text64(
-                        statement,
-                        index,
-                        text,
-                        UInt64(count),
-                        Self.transient,
-                        UInt8(SQLITE_UTF8)
-                    )
-                }
-            } ?? SQLITE_MISUSE
+            bindText(statement, index, UnsafeBufferPointer(rebasing: buffer[..<id.writeLowercased(into: buffer)]))
         }
         try check(result)
+    }
+
+    /// Binds UTF-8 text with its length, so text holding U+0000 is stored whole (SQLite copies
+    /// it before returning); SQLite's result code.
+    private func bindText(_ statement: OpaquePointer, _ index: Int32, _ utf8: UnsafeBufferPointer<UInt8>) -> Int32 {
+        // An empty buffer may have no address, and SQLite stores NULL for a null pointer.
+        guard let base = utf8.baseAddress, !utf8.isEmpty else {
+            return sqlite_nio_sqlite3_bind_text(statement, index, "", 0, Self.transient)
+        }
+        return base.withMemoryRebound(to: CChar.self, capacity: utf8.count) { text in
+            sqlite_nio_sqlite3_bind_text64(
+                statement,
+                index,
+                text,
+                UInt64(utf8.count),
+                Self.transient,
+                UInt8(SQLITE_UTF8)
+            )
+        }
     }
 
     private func bind(_ statement: OpaquePointer, _ index: Int32, bytes: [UInt8]) throws {
