@@ -6,16 +6,6 @@ struct RequestQueue<Item> {
     @usableFromInline typealias Waiter = CheckedContinuation<[Item]?, Never>
 
     @usableFromInline
-    enum State {
-        /// Accepting requests; the consumer waits for some when `parked` is set.
-        case running(parked: Parked?)
-        /// No new requests; the consumer takes what is left, then hears nil.
-        case stopping
-        /// The consumer has heard nil.
-        case stopped
-    }
-
-    @usableFromInline
     enum SubmitAction {
         case queued
         /// Hand `batch` to the waiting consumer.
@@ -46,20 +36,9 @@ struct RequestQueue<Item> {
         case resume(Waiter, [Item])
     }
 
-    /// The waiting consumer: resumed once `want` requests are queued, with at most `limit`.
-    @usableFromInline
-    struct Parked {
-        @usableFromInline let waiter: Waiter
-        @usableFromInline let want: Int
-        @usableFromInline let limit: Int
-
-        @inlinable
-        init(_ waiter: Waiter, want: Int = 1, limit: Int = .max) {
-            (self.waiter, self.want, self.limit) = (waiter, want, limit)
-        }
-    }
-
-    @usableFromInline var state: State = .running(parked: nil)
+    @usableFromInline var state: RequestQueueState = .running(parked: nil)
+    /// The consumer's continuation while `state` says it is parked (and only then).
+    @usableFromInline var waiter: Waiter?
     /// Counts the consumer's waits for more (`gather`), so that an old wait's timer cannot end
     /// a newer one (`expire`).
     @usableFromInline var gathering: UInt64 = 0
@@ -82,11 +61,21 @@ struct RequestQueue<Item> {
     mutating func submit(_ item: Item) -> SubmitAction {
         guard case .running(let parked) = state, count < capacity else { return .refused }
         items.append(item)
-        if let parked, count >= parked.want {
-            state = .running(parked: nil)
-            return .resume(parked.waiter, takeBatch(limit: parked.limit))
-        }
-        return .queued
+        guard let parked, count >= parked.want, let waiter = unpark() else { return .queued }
+        return .resume(waiter, takeBatch(limit: parked.limit))
+    }
+
+    /// Takes the parked consumer's continuation, leaving the queue running with nobody parked.
+    @inlinable
+    mutating func unpark() -> Waiter? {
+        state = .running(parked: nil)
+        return waiter.take()
+    }
+
+    @inlinable
+    mutating func parkWaiter(_ waiter: Waiter, want: Int = 1, limit: Int = .max) {
+        self.waiter = waiter
+        state = .running(parked: RequestQueueParked(want: want, limit: limit))
     }
 
     @inlinable
@@ -106,7 +95,7 @@ struct RequestQueue<Item> {
     mutating func park(_ waiter: Waiter) -> TakeAction {
         switch take() {
         case .wait:
-            state = .running(parked: Parked(waiter))
+            parkWaiter(waiter)
             return .wait
         case let other:
             return other
@@ -122,33 +111,34 @@ struct RequestQueue<Item> {
         let limit = max(1, limit)
         if count >= want { return (.batch(takeBatch(limit: limit)), gathering) }
         guard case .running = state else { return (take(), gathering) }
-        state = .running(parked: Parked(waiter, want: max(1, want), limit: limit))
+        parkWaiter(waiter, want: max(1, want), limit: limit)
         return (.wait, gathering)
     }
 
     /// The wait `gathering` is over: the consumer, if it still waits for it, takes what came.
     @inlinable
     mutating func expire(gathering: UInt64) -> ExpireAction {
-        guard gathering == self.gathering, case .running(let parked?) = state else { return .none }
-        state = .running(parked: nil)
-        return .resume(parked.waiter, count > 0 ? takeBatch(limit: parked.limit) : [])
+        guard gathering == self.gathering, case .running(let parked?) = state, let waiter = unpark() else {
+            return .none
+        }
+        return .resume(waiter, count > 0 ? takeBatch(limit: parked.limit) : [])
     }
 
     @inlinable
     mutating func stop() -> StopAction {
         switch state {
         case .running(let parked):
-            guard let parked else {
+            guard let parked, let waiter = waiter.take() else {
                 state = .stopping
                 return .none
             }
             // A consumer gathering more gets what came so far; the next take finishes.
             if count > 0 {
                 state = .stopping
-                return .resume(parked.waiter, takeBatch(limit: parked.limit))
+                return .resume(waiter, takeBatch(limit: parked.limit))
             }
             state = .stopped
-            return .resume(parked.waiter, nil)
+            return .resume(waiter, nil)
         case .stopping, .stopped:
             return .none
         }
@@ -173,5 +163,31 @@ struct RequestQueue<Item> {
             head = 0
         }
         return batch
+    }
+}
+
+/// The queue's state. Not nested in the generic queue, so matching it (once per request, under
+/// the sequencer's lock) needs no type metadata looked up at run time; the parked consumer's
+/// continuation, which is generic, is kept beside it (`RequestQueue.waiter`).
+@usableFromInline
+enum RequestQueueState: Sendable {
+    /// Accepting requests; the consumer waits for some when `parked` is set.
+    case running(parked: RequestQueueParked?)
+    /// No new requests; the consumer takes what is left, then hears nil.
+    case stopping
+    /// The consumer has heard nil.
+    case stopped
+}
+
+/// What the parked consumer waits for: `want` requests queued, of which it takes at most
+/// `limit`.
+@usableFromInline
+struct RequestQueueParked: Sendable {
+    @usableFromInline let want: Int
+    @usableFromInline let limit: Int
+
+    @inlinable
+    init(want: Int, limit: Int) {
+        (self.want, self.limit) = (want, limit)
     }
 }

@@ -15,13 +15,6 @@ struct BroadcastFrame: Sendable {
     /// When the broadcast reached the hub, for the fan-out latency histogram.
     var receivedAt = NIODeadline.now()
 
-    /// The same frame with the requester's copy in a buffer of its own, which also stands for
-    /// the plain frame: for a loop that writes only the requester's copy (`ownCopy`).
-    func withOwnOriginCopy() -> BroadcastFrame {
-        let copy = ByteBuffer(bytes: originCopy.readableBytesView)
-        return with(plain: copy, originCopy: copy)
-    }
-
     /// The same frame in buffers of its own.
     func withOwnBytes() -> BroadcastFrame {
         let plain = ByteBuffer(bytes: self.plain.readableBytesView)
@@ -64,6 +57,41 @@ public struct LoopMetrics: Sendable {
     public init() {}
 }
 
+// The hub's own value types live outside the generic `Hub`: nested in it, each would be a
+// generic type whose metadata (and that of every array or dictionary of it) is looked up at
+// run time on every batch, as Relay is compiled without knowing the codec.
+
+/// A session's place in the hub's directory.
+struct HubSessionEntry {
+    /// The index of the session's loop in the hub's `orderedShards`.
+    let shard: Int
+    let uuid: String
+}
+
+/// Connections admitted, in all and by address.
+struct HubCounters {
+    var total = 0
+    var perIP: [String: Int] = [:]
+}
+
+/// Broadcasts put back in seq order, and the other deliveries (replies, monitors' copies) that
+/// must not overtake the broadcasts before them.
+struct HubOrderState {
+    var orderer: SequenceOrderer<BroadcastFrame>
+    /// The highest seq handed to the orderer so far.
+    var highestAccepted: UInt64
+    /// Deliveries waiting until every seq up to `after` has been released.
+    var deferred: [(after: UInt64, shard: Int, item: ShardInboxItem)] = []
+    /// Broadcasts released so far.
+    var released = 0
+}
+
+/// A piece of a batch on its way to the loops.
+enum HubWork {
+    case broadcast(BroadcastFrame)
+    case item(shard: Int, ShardInboxItem)
+}
+
 /// Routes the bus's output to sessions: broadcasts in exact seq order to every subscriber,
 /// replies to their requester, and copies of everything to monitors.
 ///
@@ -79,23 +107,12 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     public let epoch: String
     private let shards: [ObjectIdentifier: Shard<Codec>]
     private let orderedShards: [Shard<Codec>]
-    private let order: NIOLockedValueBox<OrderState>
-    private let directory = NIOLockedValueBox<[SessionID: SessionEntry]>([:])
-    private let counters = NIOLockedValueBox(Counters())
+    private let order: NIOLockedValueBox<HubOrderState>
+    private let directory = NIOLockedValueBox<[SessionID: HubSessionEntry]>([:])
+    private let counters = NIOLockedValueBox(HubCounters())
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
     let monitorCount = NIOLockedValueBox(0)
     public let metrics = RelayMetrics()
-
-    struct SessionEntry {
-        /// The index of the session's loop in `orderedShards`.
-        let shard: Int
-        let uuid: String
-    }
-
-    struct Counters {
-        var total = 0
-        var perIP: [String: Int] = [:]
-    }
 
     /// - Parameters:
     ///   - head: the newest seq already broadcast (the journal's head at start).
@@ -117,23 +134,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         }
         self.shards = shards
         self.orderedShards = ordered
-        self.order = NIOLockedValueBox(OrderState(orderer: SequenceOrderer(after: head), highestAccepted: head))
+        self.order = NIOLockedValueBox(HubOrderState(orderer: SequenceOrderer(after: head), highestAccepted: head))
     }
 
     /// The newest seq handed to the fan-out.
     public var seq: UInt64 { order.withLockedValue { $0.orderer.next - 1 } }
-
-    /// Broadcasts put back in seq order, and the other deliveries (replies, monitors' copies)
-    /// that must not overtake the broadcasts before them.
-    struct OrderState {
-        var orderer: SequenceOrderer<BroadcastFrame>
-        /// The highest seq handed to the orderer so far.
-        var highestAccepted: UInt64
-        /// Deliveries waiting until every seq up to `after` has been released.
-        var deferred: [(after: UInt64, shard: Int, item: ShardInboxItem)] = []
-        /// Broadcasts released so far.
-        var released = 0
-    }
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
 
@@ -177,7 +182,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Registers a session in its loop's shard and returns the seq it starts after.
     func register(_ session: SessionHandler<Codec>) -> UInt64 {
         guard let shard = shard(for: session.loop) else { return seq }
-        directory.withLockedValue { $0[session.id] = SessionEntry(shard: shard.index, uuid: session.uuid) }
+        directory.withLockedValue { $0[session.id] = HubSessionEntry(shard: shard.index, uuid: session.uuid) }
         return shard.register(session)
     }
 
@@ -218,7 +223,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 if let entry = directory[origin.session] { routes[origin.session] = (entry.shard, entry.uuid) }
             }
         }
-        var work: [Work] = []
+        var work: [HubWork] = []
         work.reserveCapacity(deliveries.count + requests.count)
         for delivery in deliveries {
             // Events inside the daemon go to monitors only.
@@ -290,14 +295,8 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         hand(work)
     }
 
-    /// A piece of a batch on its way to the loops.
-    enum Work {
-        case broadcast(BroadcastFrame)
-        case item(shard: Int, ShardInboxItem)
-    }
-
     /// Puts the work in order under the order lock and posts each loop its part at once.
-    private func hand(_ work: [Work]) {
+    private func hand(_ work: [HubWork]) {
         order.withLockedValue { state in
             var parts = Array(repeating: [ShardInboxItem](), count: orderedShards.count)
             for piece in work {
@@ -320,7 +319,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Puts a broadcast in seq order; what it releases (with the deliveries that waited for
     /// it) joins each loop's part. When a seq arrives twice, the copy that has an origin (the
     /// requester's `re` copy) wins.
-    private func accept(_ frame: BroadcastFrame, into parts: inout [[ShardInboxItem]], state: inout OrderState) {
+    private func accept(_ frame: BroadcastFrame, into parts: inout [[ShardInboxItem]], state: inout HubOrderState) {
         state.highestAccepted = max(state.highestAccepted, frame.seq)
         let released = state.orderer.accept(
             seq: frame.seq,
@@ -337,7 +336,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     private func handOut(
         _ released: [BroadcastFrame],
         into parts: inout [[ShardInboxItem]],
-        state: inout OrderState
+        state: inout HubOrderState
     ) {
         for index in parts.indices {
             for frame in released { parts[index].append(.broadcast(frame)) }
@@ -355,7 +354,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// so every client gets the same frame as the other daemon's clients. They merge with local
     /// broadcasts in seq order; a seq already handed over is dropped.
     public func publishJournal(_ entries: [JournalEntry]) {
-        var work: [Work] = []
+        var work: [HubWork] = []
         for entry in entries {
             guard let typeIndex = codec.catalog.index(of: entry.type) else { continue }
             let plain = OutboundFrame.event(

@@ -2,6 +2,29 @@ import EventStream
 import NIOConcurrencyHelpers
 import NIOCore
 
+// The types a shard's pass makes lists of live outside the generic `Shard`: nested in it, each
+// would be a generic type, and every list of them would look up its type's metadata at run
+// time, once per pass on every loop (Relay is compiled without knowing the codec).
+
+/// A frame for one session among a run of broadcasts (a reply, or a monitor's copy): `after` is
+/// how many of the run's broadcasts come before it.
+struct ShardPersonalFrame {
+    let after: Int
+    let session: SessionID
+    let bytes: ByteBuffer
+    let typeIndex: Int
+    /// The broadcast's seq when the frame is a broadcast (a session's own copy).
+    var seq: UInt64? = nil
+}
+
+/// What one session of a run gets besides what every subscriber gets, in order.
+enum ShardOwnFrame {
+    /// `personal[index]`.
+    case personal(Int)
+    /// `frames[index]`, which this session caused: its copy with `re`.
+    case caused(Int)
+}
+
 /// The sessions of one event loop. Invariant: every stored property is read and written only
 /// on `loop`, which is why it may be shared across threads.
 final class Shard<Codec: EventCodec>: @unchecked Sendable {
@@ -13,25 +36,6 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// touched off the loop, under its lock). Bounded: the loop empties it on its next turn,
     /// and what is in it was committed already.
     private let inbox: NIOLockedValueBox<ShardInboxStateMachine>
-
-    /// A frame for one session among a run of broadcasts (a reply, or a monitor's copy):
-    /// `after` is how many of the run's broadcasts come before it.
-    struct PersonalFrame {
-        let after: Int
-        let session: SessionID
-        let bytes: ByteBuffer
-        let typeIndex: Int
-        /// The broadcast's seq when the frame is a broadcast (a session's own copy).
-        var seq: UInt64? = nil
-    }
-
-    /// What one session of a run gets besides what every subscriber gets, in order.
-    enum OwnFrame {
-        /// `personal[index]`.
-        case personal(Int)
-        /// `frames[index]`, which this session caused: its copy with `re`.
-        case caused(Int)
-    }
 
     /// Sessions written to during the current pass over the inbox, flushed once at its end.
     private var touched: [SessionHandler<Codec>] = []
@@ -135,7 +139,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     private func emptyInbox() {
         let items = inbox.withLockedValue { $0.take() }
         var run: [BroadcastFrame] = []
-        var personal: [PersonalFrame] = []
+        var personal: [ShardPersonalFrame] = []
         var answered: [SessionID] = []
         for item in items {
             switch item {
@@ -145,7 +149,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 lastSeq = max(lastSeq, frame.seq)
                 if let origin = frame.origin {
                     personal.append(
-                        PersonalFrame(
+                        ShardPersonalFrame(
                             after: run.count,
                             session: origin,
                             bytes: frame.originCopy,
@@ -155,10 +159,12 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                     )
                 }
             case .reply(let id, let frame, let typeIndex):
-                personal.append(PersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
+                personal.append(ShardPersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
             case .monitor(let frame, let typeIndex, let except):
                 for id in monitorsByType[typeIndex].keys where id != except {
-                    personal.append(PersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
+                    personal.append(
+                        ShardPersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex)
+                    )
                 }
             case .answered(let id):
                 answered.append(id)
@@ -194,11 +200,11 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// is written, not in a second pass over every session written to: a connection's state
     /// is then read while it is still in cache, and each flush comes earlier. A session that
     /// was written in an earlier run of the same drain still waits for the drain's flush.
-    func fanOut(_ frames: [BroadcastFrame], _ personal: [PersonalFrame], flushingAtOnce: Bool) {
+    func fanOut(_ frames: [BroadcastFrame], _ personal: [ShardPersonalFrame], flushingAtOnce: Bool) {
         if frames.isEmpty, personal.isEmpty { return }
         pass &+= 1
         // What each session with frames of its own gets, in order.
-        var own: [SessionID: [OwnFrame]] = [:]
+        var own: [SessionID: [ShardOwnFrame]] = [:]
         var next = 0
         for (index, frame) in frames.enumerated() {
             while next < personal.count, personal[next].after <= index {
@@ -211,7 +217,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             own[personal[next].session, default: []].append(.personal(next))
             next += 1
         }
-        var ownSessions: [(SessionHandler<Codec>, [OwnFrame])] = []
+        var ownSessions: [(SessionHandler<Codec>, [ShardOwnFrame])] = []
         ownSessions.reserveCapacity(own.count)
         for (id, list) in own {
             guard let session = sessions[id] else { continue }
@@ -274,10 +280,10 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// Writes one session's frames of a run in order: the broadcasts it subscribes to, its
     /// copies of those it caused, and its replies and monitor's copies, each in its place.
     private func writeOwn(
-        _ list: [OwnFrame],
+        _ list: [ShardOwnFrame],
         to session: SessionHandler<Codec>,
         _ frames: [BroadcastFrame],
-        _ personal: [PersonalFrame],
+        _ personal: [ShardPersonalFrame],
         flushingAtOnce: Bool
     ) {
         let types = subscribed[session.id]?.types ?? TypeSet()

@@ -63,8 +63,9 @@ struct ShardInboxStateMachine: Sendable {
     /// Whether a session of the loop may take a broadcast posted now.
     var listening: Bool { starting + subscribed > 0 || broadcastsQueued > 0 }
 
-    /// The hub posts a batch's items for the loop at `shard`; each broadcast kept gets bytes of
-    /// its own when `ownBytes` (one loop shares the hub's buffers, the others copy them).
+    /// The hub posts a batch's items for the loop at `shard`; each broadcast kept for the loop's
+    /// subscribers gets bytes of its own when `ownBytes` (one loop shares the hub's buffers, the
+    /// others copy them).
     mutating func post(_ posted: [ShardInboxItem], shard: Int, ownBytes: Bool) -> PostAction {
         let listening = self.listening
         func kept(_ frame: BroadcastFrame) -> BroadcastFrame { ownBytes ? frame.withOwnBytes() : frame }
@@ -77,8 +78,11 @@ struct ShardInboxStateMachine: Sendable {
                 added = true
             case .broadcast(let frame):
                 if frame.origin != nil, frame.originShard == shard {
-                    // Only the requester's copy is written from it: only that one is copied.
-                    items.append(.ownCopy(ownBytes ? frame.withOwnOriginCopy() : frame))
+                    // Only the requester's copy is written from it, once, by one session: its
+                    // buffer is shared as it is (bytes of its own guard against a reference
+                    // count bumped from every core once per subscriber, which one writer never
+                    // does), so a lone requester's save costs no copy of the frame.
+                    items.append(.ownCopy(frame))
                     added = true
                 } else {
                     skippedThrough = max(skippedThrough, frame.seq)

@@ -26,7 +26,11 @@ public struct TodoDetailInput: Sendable, Hashable {
 }
 
 /// Every event of the app: the seed's 14 cases.
-public enum Event: StreamEvent, Hashable {
+///
+/// Indirect: each payload lives in a box of its own, so a copy of an event (the bus hands each
+/// one to its deliveries, its servers and the model layer; the hub reads each delivery) is one
+/// reference count, not one per string of a todo and its view model.
+public indirect enum Event: StreamEvent, Hashable {
     // View layer: requests views publish.
     case requestTodoViewModels
     case requestToggleCompleteTodoViewModel(TodoReference)

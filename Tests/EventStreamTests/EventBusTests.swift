@@ -315,6 +315,43 @@ func origin(_ session: UInt64) -> Origin { Origin(session: SessionID(session), c
         }
     }
 
+    @Test func aParkedConsumerIsHandedTheNextRequestAndIsParkedNoMoreAfterIt() async {
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        let batch = await consume { waiter in
+            guard case .wait = queue.park(waiter) else { return nil }
+            guard case .resume(let handed, let batch) = queue.submit(7) else { return nil }
+            return (handed, batch)
+        }
+        #expect(batch == [7])
+        guard case .queued = queue.submit(8) else {
+            Issue.record("with nobody parked, the next request is queued")
+            return
+        }
+        guard case .batch([8]) = queue.take() else {
+            Issue.record("and taken in order")
+            return
+        }
+    }
+
+    @Test func stopHandsAParkedConsumerNilAndAFullQueueRefuses() async {
+        var full = RequestQueue<Int>(capacity: 2, maxBatch: 10)
+        guard case .queued = full.submit(1), case .queued = full.submit(2), case .refused = full.submit(3) else {
+            Issue.record("a queue at its capacity refuses")
+            return
+        }
+        var queue = RequestQueue<Int>(capacity: 10, maxBatch: 10)
+        let batch = await consume { waiter in
+            guard case .wait = queue.park(waiter) else { return nil }
+            guard case .resume(let handed, let batch) = queue.stop() else { return nil }
+            return (handed, batch)
+        }
+        #expect(batch == nil, "a parked consumer hears that nothing will come")
+        guard case .refused = queue.submit(1), case .finished = queue.take() else {
+            Issue.record("a stopped queue refuses and is finished")
+            return
+        }
+    }
+
     @Test func takingInBatchesKeepsOrderAcrossManyItems() {
         var queue = RequestQueue<Int>(capacity: 100_000, maxBatch: 7)
         for item in 0..<10_000 { _ = queue.submit(item) }

@@ -112,6 +112,22 @@ import Testing
         #expect(inbox.head(fannedOut: 1) == 3)
     }
 
+    @Test func theCausersCopyIsSharedNotCopiedEvenWhereKeptBroadcastsGetBytesOfTheirOwn() {
+        var inbox = ShardInboxStateMachine(head: 0)
+        let item = broadcast(1, origin: 9, originShard: shard)
+        guard case .broadcast(let original) = item else { return }
+        #expect(inbox.post([item], shard: shard, ownBytes: true) == .schedule)
+        guard case .ownCopy(let kept)? = inbox.take().first else {
+            Issue.record("the causer's copy is kept")
+            return
+        }
+        kept.originCopy.withUnsafeReadableBytes { keptBytes in
+            original.originCopy.withUnsafeReadableBytes { originalBytes in
+                #expect(keptBytes.baseAddress == originalBytes.baseAddress, "one writer: no copy")
+            }
+        }
+    }
+
     @Test func repliesAndOtherItemsAreAlwaysPosted() {
         var inbox = ShardInboxStateMachine(head: 0)
         #expect(
