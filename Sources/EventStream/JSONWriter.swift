@@ -36,12 +36,29 @@ public struct JSONWriter: Sendable {
         close()
     }
 
-    /// Writes `"name":`; the value written next belongs to it.
-    public mutating func key(_ name: String) {
+    /// Writes `"name":` for a name in the program's text (every key the daemon writes): its
+    /// bytes are copied as they are, with no look for escapes, as a literal key of JSON never
+    /// needs one (checked in debug builds). The value written next belongs to it.
+    public mutating func key(_ name: StaticString) {
+        separate()
+        assert(Self.isPlainKey(name), "a literal key must need no escaping")
+        bytes.append(UInt8(ascii: "\""))
+        name.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+        pendingValueAfterKey = true
+    }
+
+    /// Writes `"name":` for a name made at run time, escaped where it needs it.
+    public mutating func key(text name: String) {
         separate()
         appendString(name)
         bytes.append(UInt8(ascii: ":"))
         pendingValueAfterKey = true
+    }
+
+    static func isPlainKey(_ name: StaticString) -> Bool {
+        name.withUTF8Buffer { JSONWriter.needsNoEscape($0) }
     }
 
     public mutating func string(_ value: String) {
@@ -101,17 +118,17 @@ public struct JSONWriter: Sendable {
         bytes.append(contentsOf: json)
     }
 
-    public mutating func field(_ name: String, _ value: String) {
+    public mutating func field(_ name: StaticString, _ value: String) {
         key(name)
         string(value)
     }
 
-    public mutating func field(_ name: String, _ value: Bool) {
+    public mutating func field(_ name: StaticString, _ value: Bool) {
         key(name)
         bool(value)
     }
 
-    public mutating func field<T: BinaryInteger>(_ name: String, _ value: T) {
+    public mutating func field<T: BinaryInteger>(_ name: StaticString, _ value: T) {
         key(name)
         integer(value)
     }

@@ -122,7 +122,7 @@ enum OutboundFrame {
         return buffer(writer)
     }
 
-    static func stringArray(_ writer: inout JSONWriter, _ name: String, _ values: [String]) {
+    static func stringArray(_ writer: inout JSONWriter, _ name: StaticString, _ values: [String]) {
         writer.key(name)
         writer.beginArray()
         for value in values { writer.string(value) }

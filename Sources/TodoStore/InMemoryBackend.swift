@@ -10,8 +10,28 @@ import TodoApp
 final class InMemoryBackend: StorageBackend {
     private struct State {
         var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        /// The journal in seq order from `journalStart` on (the entries before it are pruned
+        /// and dropped from the array once they are half of it, so a prune is not a pass over
+        /// every entry kept).
         var journal: [JournalEntry] = []
+        var journalStart = 0
         var failCommits = false
+
+        var retained: ArraySlice<JournalEntry> { journal[journalStart...] }
+
+        mutating func prune(keepFrom: UInt64) {
+            // Entries are in seq order: the first one kept is found by bisection.
+            var (low, high) = (journalStart, journal.count)
+            while low < high {
+                let middle = (low + high) / 2
+                if journal[middle].seq < keepFrom { low = middle + 1 } else { high = middle }
+            }
+            journalStart = low
+            if journalStart > 1024, journalStart * 2 > journal.count {
+                journal.removeFirst(journalStart)
+                journalStart = 0
+            }
+        }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -28,10 +48,10 @@ final class InMemoryBackend: StorageBackend {
 
     func load() async throws -> LoadedState {
         state.withLockedValue { state in
-            let head = state.journal.last?.seq ?? 0
+            let head = state.retained.last?.seq ?? 0
             return LoadedState(
                 todos: Array(state.todos.values),
-                position: JournalPosition(epoch: epoch, head: head, oldest: state.journal.first?.seq ?? head + 1)
+                position: JournalPosition(epoch: epoch, head: head, oldest: state.retained.first?.seq ?? head + 1)
             )
         }
     }
@@ -46,16 +66,16 @@ final class InMemoryBackend: StorageBackend {
                 state.journal.append(record.entry)
             }
             // Entries are kept by count only: this backend records no times.
-            if let prune { state.journal.removeAll { $0.seq < prune.keepFrom } }
+            if let prune { state.prune(keepFrom: prune.keepFrom) }
         }
     }
 
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
-        state.withLockedValue { state in state.journal.filter { $0.seq > after && $0.seq <= through } }
+        state.withLockedValue { state in state.retained.filter { $0.seq > after && $0.seq <= through } }
     }
 
     func oldestRetained() async throws -> UInt64? {
-        state.withLockedValue { $0.journal.first?.seq }
+        state.withLockedValue { $0.retained.first?.seq }
     }
 
     func close() async {}

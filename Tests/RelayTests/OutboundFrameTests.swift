@@ -55,7 +55,7 @@ import Testing
                     writer.field("applied_seq", appliedSeq)
                 }
             }
-            let (key, bytes) =
+            let (key, bytes): (StaticString, [UInt8]) =
                 switch body {
                 case .payload(let bytes): ("payload", bytes)
                 case .error(let bytes): ("error", bytes)

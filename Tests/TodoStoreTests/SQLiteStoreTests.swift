@@ -94,6 +94,20 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         await store.close()
     }
 
+    @Test func theInMemoryJournalIsPrunedToItsRetentionAndStillReadsInOrder() async throws {
+        let (store, _) = await GroupCommitStore.inMemory(retention: JournalRetention(maxEntries: 10, maxAgeSeconds: 0))
+        // A prune rides along every 64 commits: past 2,100 commits the pruned entries are also
+        // dropped from the journal's array (more than 1,024, and half of it).
+        for index in 0..<2_200 { _ = try await create(store, "t\(index)") }
+        let position = try await store.position()
+        #expect(position.head == 2_200)
+        #expect(position.oldest > 2_100 && position.oldest <= 2_191)
+        let kept = try await store.entries(after: position.oldest - 1, through: position.head)
+        #expect(kept.map(\.seq) == Array(position.oldest...position.head))
+        #expect(try await store.entries(after: 0, through: position.oldest - 1).isEmpty, "pruned entries are gone")
+        await store.close()
+    }
+
     @Test func anUnusableDataDirectoryIsAClearError() async throws {
         let file = temporaryDirectory() + "/file"
         _ = FileManager.default.createFile(atPath: file, contents: Data())
