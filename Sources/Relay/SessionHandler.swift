@@ -320,7 +320,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func handle(frame bytes: [UInt8]) {
         shard?.framesIn += 1
-        guard Self.isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes) else {
+        guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes) else {
             releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
             return
@@ -359,12 +359,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case (.absent, .invalid):
             sendError(.invalidFrame, "op must be a string.", re)
         }
-    }
-
-    static func isValidUTF8(_ bytes: [UInt8]) -> Bool {
-        // Plain ASCII (the usual case) needs no decoding.
-        if !bytes.contains(where: { $0 >= 0x80 }) { return true }
-        return String(validating: bytes, as: UTF8.self) != nil
     }
 
     private func refuseUnauthenticated(_ re: CorrelationID?) {
@@ -410,7 +404,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return nil
         }
         let bytes = Array(buffer.readableBytesView)
-        guard Self.isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
+        guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
             case .value(let name) = parsed.frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
         else { return nil }
         let frame = parsed.frame
@@ -888,4 +882,22 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Whether the session has nothing left to do (for graceful shutdown).
     var isIdle: Bool { !resumption.isRunning && inbound.isIdle }
+}
+
+/// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
+/// recognised eight bytes at a time (no byte with its high bit set).
+func isValidUTF8(_ bytes: [UInt8]) -> Bool {
+    let ascii = bytes.withUnsafeBytes { raw -> Bool in
+        var index = 0
+        while index + 8 <= raw.count {
+            if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+            index += 8
+        }
+        while index < raw.count {
+            if raw[index] >= 0x80 { return false }
+            index += 1
+        }
+        return true
+    }
+    return ascii || String(validating: bytes, as: UTF8.self) != nil
 }

@@ -104,3 +104,27 @@ import Testing
         #expect(negative.mid == .invalid)
     }
 }
+
+@Suite struct FrameUTF8Tests {
+    @Test func asciiAndUTF8AreValidWhereverTheirBytesFall() {
+        #expect(isValidUTF8([]))
+        #expect(isValidUTF8(Array("{\"type\":\"RequestTodoViewModels\"}".utf8)))
+        // A multi-byte character in the first word, across a word boundary, and in the tail.
+        for text in ["é{\"a\":1}", "{\"a\":\"1234é\"}", "{\"title\":\"ok\"}ü", "日本語のタイトル"] {
+            #expect(isValidUTF8(Array(text.utf8)), "\(text)")
+        }
+    }
+
+    @Test func invalidUTF8IsRefusedWhereverItsBytesFall() {
+        let ascii = Array("{\"title\":\"abcdefgh\"}".utf8)
+        for position in [0, 7, 8, 15, ascii.count - 1] {
+            var bytes = ascii
+            bytes[position] = 0xFF
+            #expect(!isValidUTF8(bytes), "0xFF at \(position)")
+        }
+        // A lead byte without its continuation, at the very end.
+        #expect(!isValidUTF8(ascii + [0xC3]))
+        // An overlong encoding of "/".
+        #expect(!isValidUTF8(ascii + [0xC0, 0xAF]))
+    }
+}
