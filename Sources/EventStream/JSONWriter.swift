@@ -118,6 +118,17 @@ public struct JSONWriter: Sendable {
         bytes.append(contentsOf: json)
     }
 
+    /// The same for bytes in an array (one copy, not a generic walk over a sequence).
+    public mutating func raw(_ json: [UInt8]) {
+        separate()
+        bytes.append(contentsOf: json)
+    }
+
+    /// Makes room for `count` more bytes at once (a long array of already encoded values).
+    public mutating func reserveCapacity(adding count: Int) {
+        bytes.reserveCapacity(bytes.count + count)
+    }
+
     public mutating func field(_ name: StaticString, _ value: String) {
         key(name)
         string(value)

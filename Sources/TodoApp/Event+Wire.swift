@@ -6,7 +6,12 @@ import Foundation
 public struct TodoWireCodec: EventCodec {
     public typealias Event = TodoApp.Event
 
-    public init() {}
+    /// Where list answers take each unchanged row's JSON from (nil: every row is written).
+    public let rowCache: RowJSONCache?
+
+    public init(rowCache: RowJSONCache? = nil) {
+        self.rowCache = rowCache
+    }
 
     public var catalog: EventCatalog { Event.catalog }
 
@@ -58,9 +63,14 @@ public struct TodoWireCodec: EventCodec {
             writer.endObject()
         case .responseTodoViewModels(let result):
             return body(result) { writer, viewModels in
-                writer.beginArray()
-                for viewModel in viewModels { writer.write(viewModel) }
-                writer.endArray()
+                guard let rowCache else {
+                    writer.beginArray()
+                    for viewModel in viewModels { writer.write(viewModel) }
+                    writer.endArray()
+                    return
+                }
+                writer.reserveCapacity(adding: 640 * viewModels.count)
+                rowCache.writeList(viewModels, to: &writer)
             }
         case .responseTodoViewModel(let result):
             return body(result, capacity: { Self.capacity(forRow: $0.todo) }, { $0.write($1) })

@@ -72,6 +72,7 @@ extension ConfigFile {
         if let value = int("journal.max_entries") { options.retention.maxEntries = UInt64(value) }
         if let value = int("journal.max_age_seconds") { options.retention.maxAgeSeconds = UInt64(value) }
         if let value = int("store.max_batch") { options.maxBatch = value }
+        if let value = int("store.list_row_cache") { options.listRowCache = value }
         if let value = int("store.sequencer_spin_us") { options.sequencerSpinMicroseconds = value }
         if let value = values["store.sequencer_handover_thread"] as? Bool { options.handOverThread = value }
         if let value = int("store.sequencer_gather_us") { options.sequencerGatherMicroseconds = value }

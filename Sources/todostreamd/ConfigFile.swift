@@ -69,6 +69,7 @@ enum ConfigFile {
         "journal.max_entries": .int(1...1_000_000_000),
         "journal.max_age_seconds": .int(0...(10 * 365 * 86_400)),
         "store.max_batch": .int(1...65_536),
+        "store.list_row_cache": .int(0...10_000_000),
         "store.sequencer_spin_us": .int(0...100_000),
         "store.sequencer_handover_thread": .bool,
         "store.sequencer_gather_us": .int(0...100_000),

@@ -56,6 +56,8 @@ struct DaemonOptions: Sendable {
     var devTLS = false
     var retention = JournalRetention()
     var maxBatch = 256
+    /// List rows whose JSON is kept for list answers (`RowJSONCache`); 0 keeps none.
+    var listRowCache = 10_000
     /// How long the sequencer's thread stays awake for the next request after a batch; nil:
     /// by engine (`sequencerSpin`).
     var sequencerSpinMicroseconds: Int?
@@ -260,7 +262,8 @@ final class Daemon: Sendable {
         }
         var loops: [any EventLoop] = []
         for loop in group.makeIterator() { loops.append(loop) }
-        let hub = Hub(codec: TodoWireCodec(), epoch: position.epoch, head: position.head, loops: loops)
+        let codec = TodoWireCodec(rowCache: RowJSONCache(capacity: options.listRowCache))
+        let hub = Hub(codec: codec, epoch: position.epoch, head: position.head, loops: loops)
         let capacity =
             options.engine == .postgres
             ? min(options.maxQueuedRequests, options.postgres.maxPendingWrites) : options.maxQueuedRequests

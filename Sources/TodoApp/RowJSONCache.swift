@@ -1,0 +1,51 @@
+import EventStream
+import Foundation
+import Synchronization
+
+/// The JSON of each todo's list row (its `TodoViewModel`) as last written, reused while the
+/// todo is unchanged.
+///
+/// A list answer (`ResponseTodoViewModels`) writes every todo's row, and a frontend asks for
+/// the list far more often than it changes: without this, each list answer encoded every row
+/// again, text and all. A row is a function of its todo alone, so a row is reused only for a
+/// todo equal to the one it was written for (every field, the version included): the bytes
+/// are those the writer would make. Bounded: past `capacity` rows, the cache starts over.
+public final class RowJSONCache: Sendable {
+    /// Rows kept at most; 0 keeps none (every row is written anew).
+    public let capacity: Int
+    private let rows: Mutex<[UUID: Row]>
+
+    struct Row {
+        let todo: Todo
+        let json: [UInt8]
+    }
+
+    public init(capacity: Int) {
+        self.capacity = max(0, capacity)
+        self.rows = Mutex([:])
+    }
+
+    /// Rows kept now.
+    public var count: Int { rows.withLock { $0.count } }
+
+    /// Writes `viewModels` as a JSON array, each row from the cache when its todo is unchanged.
+    func writeList(_ viewModels: [TodoViewModel], to writer: inout JSONWriter) {
+        writer.beginArray()
+        rows.withLock { rows in
+            for viewModel in viewModels {
+                let todo = viewModel.todo
+                if let row = rows[todo.id], row.todo == todo {
+                    writer.raw(row.json)
+                    continue
+                }
+                var rowWriter = JSONWriter(capacity: TodoWireCodec.capacity(forRow: todo))
+                rowWriter.write(viewModel)
+                writer.raw(rowWriter.bytes)
+                guard capacity > 0 else { continue }
+                if rows.count >= capacity, rows[todo.id] == nil { rows.removeAll(keepingCapacity: true) }
+                rows[todo.id] = Row(todo: todo, json: rowWriter.bytes)
+            }
+        }
+        writer.endArray()
+    }
+}
