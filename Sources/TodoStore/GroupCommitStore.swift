@@ -165,10 +165,23 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private func todos(id: UUID?, staged: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
         if let id { return (staged[id] ?? todos[id]).map { [$0.todo] } ?? [] }
         guard staged.isEmpty else {
-            var all = todos
-            for (id, entry) in staged { all[id] = entry }
-            return Self.listOrder(all)
+            // Writes to stored todos keep each one's place (its creation time and row): the
+            // committed order holds, with the staged versions put in, and nothing is sorted.
+            let keepsOrder = staged.allSatisfy { id, entry in
+                todos[id].map { $0.rowID == entry.rowID && $0.todo.createdAt == entry.todo.createdAt } ?? false
+            }
+            guard keepsOrder else {
+                var all = todos
+                for (id, entry) in staged { all[id] = entry }
+                return Self.listOrder(all)
+            }
+            return committedOrder().map { staged[$0.id]?.todo ?? $0 }
         }
+        return committedOrder()
+    }
+
+    /// The committed todos in list order, sorted once after each change.
+    private func committedOrder() -> [Todo] {
         if let sortedTodos { return sortedTodos }
         let sorted = Self.listOrder(todos)
         sortedTodos = sorted

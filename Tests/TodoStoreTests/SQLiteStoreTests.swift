@@ -147,6 +147,26 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         #expect(try await store.readTodos(id: nil).map(\.title) == ["third", "second", "first"])
         _ = try await store.write(TodoWrite(id: second.todo.id, expectedVersion: nil, change: .delete)).get()
         #expect(try await store.readTodos(id: nil).map(\.deleted) == [false, true, false])
+        // Writes to stored todos only, then a list read in the same batch: each todo in its
+        // place, with what was staged for it (no new todo, so the committed order holds).
+        let edits = await store.execute([
+            .write(
+                TodoWrite(id: first.todo.id, expectedVersion: nil, change: .update(TodoEdit(title: "first, edited")))
+            ),
+            .write(TodoWrite(id: second.todo.id, expectedVersion: nil, change: .update(TodoEdit(deleted: false)))),
+            .read(ReadTodos(id: nil, purpose: .list)),
+            .write(TodoWrite(id: third, expectedVersion: nil, change: .toggleComplete)),
+            .read(ReadTodos(id: nil, purpose: .list)),
+        ])
+        guard case .read(.success(let before)) = edits[2], case .read(.success(let after)) = edits[4] else {
+            Issue.record("expected two lists, got \(edits)")
+            return
+        }
+        #expect(before.map(\.title) == ["third", "second", "first, edited"])
+        #expect(before.map(\.deleted) == [false, false, false])
+        #expect(before.map(\.complete) == [false, false, true], "the first todo was toggled earlier")
+        #expect(after.map(\.complete) == [true, false, true])
+        #expect(try await store.readTodos(id: nil) == after)
     }
 
     @Test func aStoreFailureAnswersUnavailableAndChangesNothing() async throws {
