@@ -49,14 +49,6 @@ public struct JSONWriter: Sendable {
         pendingValueAfterKey = true
     }
 
-    /// Writes `"name":` for a name made at run time, escaped where it needs it.
-    public mutating func key(text name: String) {
-        separate()
-        appendString(name)
-        bytes.append(UInt8(ascii: ":"))
-        pendingValueAfterKey = true
-    }
-
     static func isPlainKey(_ name: StaticString) -> Bool {
         name.withUTF8Buffer { JSONWriter.needsNoEscape($0) }
     }
@@ -112,13 +104,8 @@ public struct JSONWriter: Sendable {
         bytes.append(UInt8(ascii: "\""))
     }
 
-    /// Appends an already encoded JSON value verbatim.
-    public mutating func raw(_ json: some Sequence<UInt8>) {
-        separate()
-        bytes.append(contentsOf: json)
-    }
-
-    /// The same for bytes in an array (one copy, not a generic walk over a sequence).
+    /// Appends an already encoded JSON value verbatim (an array, so that it is one copy, not a
+    /// generic walk over a sequence in code compiled without knowing its type).
     public mutating func raw(_ json: [UInt8]) {
         separate()
         bytes.append(contentsOf: json)

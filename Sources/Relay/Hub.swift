@@ -19,16 +19,12 @@ struct BroadcastFrame: Sendable {
     func withOwnBytes() -> BroadcastFrame {
         let plain = ByteBuffer(bytes: self.plain.readableBytesView)
         let sameCopy = originCopy.readableBytes == self.plain.readableBytes
-        return with(plain: plain, originCopy: sameCopy ? plain : ByteBuffer(bytes: originCopy.readableBytesView))
-    }
-
-    private func with(plain: ByteBuffer, originCopy: ByteBuffer) -> BroadcastFrame {
-        BroadcastFrame(
+        return BroadcastFrame(
             seq: seq,
             typeIndex: typeIndex,
             plain: plain,
             origin: origin,
-            originCopy: originCopy,
+            originCopy: sameCopy ? plain : ByteBuffer(bytes: originCopy.readableBytesView),
             originShard: originShard,
             receivedAt: receivedAt
         )

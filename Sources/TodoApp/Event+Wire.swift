@@ -128,9 +128,15 @@ public struct TodoWireCodec: EventCodec {
     /// The journal record of the broadcast a committed todo causes. Byte for byte what
     /// `encodeBody` writes for its `ResponseTodoViewModel`.
     public static func broadcastRecord(for todo: Todo) -> (type: String, payload: [UInt8]) {
+        (Event.Kind.responseTodoViewModel.rawValue, rowJSON(for: todo))
+    }
+
+    /// A todo's list row (its `TodoViewModel`) as JSON: a journaled broadcast's payload, and
+    /// each element of a list answer.
+    static func rowJSON(for todo: Todo) -> [UInt8] {
         var writer = JSONWriter(capacity: capacity(forRow: todo))
         writer.write(TodoViewModel(todo: todo))
-        return (Event.Kind.responseTodoViewModel.rawValue, writer.bytes)
+        return writer.bytes
     }
 
     /// The todo inside a journaled broadcast's payload (a TodoViewModel, as `broadcastRecord`

@@ -38,12 +38,11 @@ public final class RowJSONCache: Sendable {
                     writer.raw(row.json)
                     continue
                 }
-                var rowWriter = JSONWriter(capacity: TodoWireCodec.capacity(forRow: todo))
-                rowWriter.write(viewModel)
-                writer.raw(rowWriter.bytes)
+                let json = TodoWireCodec.rowJSON(for: todo)
+                writer.raw(json)
                 guard capacity > 0 else { continue }
                 if rows.count >= capacity, rows[todo.id] == nil { rows.removeAll(keepingCapacity: true) }
-                rows[todo.id] = Row(todo: todo, json: rowWriter.bytes)
+                rows[todo.id] = Row(todo: todo, json: json)
             }
         }
         writer.endArray()
