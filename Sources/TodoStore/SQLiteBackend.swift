@@ -68,6 +68,7 @@ final class SQLiteBackend: StorageBackend {
         retention: JournalRetention,
         synchronousFull: Bool,
         walWriteBufferBytes: Int,
+        cacheKiB: Int = SQLiteWriter.defaultCacheKiB,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
         thread: StoreThread,
@@ -90,7 +91,8 @@ final class SQLiteBackend: StorageBackend {
                 try SQLiteWriter.open(
                     path: path,
                     synchronousFull: synchronousFull,
-                    walWriteBufferBytes: walWriteBufferBytes
+                    walWriteBufferBytes: walWriteBufferBytes,
+                    cacheKiB: cacheKiB
                 )
             }
             opened.writer = writer

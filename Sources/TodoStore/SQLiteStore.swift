@@ -9,7 +9,8 @@ extension GroupCommitStore {
     /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
     /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that
     /// a batch and its commit run on one thread. `eventLoop` is where the journal reads of
-    /// resuming clients complete.
+    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB (SQLite's
+    /// default, 2000, unless given).
     ///
     /// Throws `StoreError` with a one-line message naming the directory when it cannot be
     /// created or written.
@@ -18,6 +19,7 @@ extension GroupCommitStore {
         retention: JournalRetention = JournalRetention(),
         synchronousFull: Bool = true,
         walWriteBufferBytes: Int = 1 << 20,
+        cacheKiB: Int = 2000,
         threadPool: NIOThreadPool = .singleton,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         thread: StoreThread? = nil,
@@ -33,6 +35,7 @@ extension GroupCommitStore {
                 retention: retention,
                 synchronousFull: synchronousFull,
                 walWriteBufferBytes: walWriteBufferBytes,
+                cacheKiB: cacheKiB,
                 threadPool: threadPool,
                 eventLoop: eventLoop,
                 thread: thread,

@@ -57,7 +57,13 @@ final class SQLiteWriter: @unchecked Sendable {
     /// never checkpoints (`wal_autocheckpoint=0`): `SQLiteBackend` does, on a connection of
     /// its own. With `synchronousFull`, a commit's WAL frames are gathered into writes of up
     /// to `walWriteBufferBytes` (`SQLiteDataSyncVFS`; zero: none).
-    static func open(path: String, synchronousFull: Bool, walWriteBufferBytes: Int = 0) throws -> SQLiteWriter {
+    /// `cacheKiB`: the connection's page cache (`PRAGMA cache_size`), in KiB.
+    static func open(
+        path: String,
+        synchronousFull: Bool,
+        walWriteBufferBytes: Int = 0,
+        cacheKiB: Int = defaultCacheKiB
+    ) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         // The WAL is synced with fdatasync (SQLiteDataSyncVFS), where the VFS could be made.
@@ -78,9 +84,13 @@ final class SQLiteWriter: @unchecked Sendable {
             try writer.execute("PRAGMA journal_mode=WAL")
             try writer.execute("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
             try writer.execute("PRAGMA wal_autocheckpoint=0")
-            // The whole working set stays in the writer's cache; pages are read through a map,
-            // not a read(2) each.
-            try writer.execute("PRAGMA cache_size=-65536")
+            // Pages in the database file are read through a map, not a read(2) each, so the
+            // cache mostly holds pages of the WAL. Keep it small: SQLite empties it of pages
+            // past the end of the file at every commit, and a B-tree balance that moves pages
+            // (it parks one at the page of the 1 GiB lock byte) makes that a scan of the
+            // whole cache. With 64 MiB, a full cache cost the writer about a quarter of its
+            // time under load (docs/DECISIONS.md, "The writer's page cache").
+            try writer.execute("PRAGMA cache_size=-\(max(cacheKiB, 64))")
             try writer.execute("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
             try writer.execute("PRAGMA journal_size_limit=67108864")
@@ -124,6 +134,9 @@ final class SQLiteWriter: @unchecked Sendable {
         }
         return writer
     }
+
+    /// The page cache's size unless configured: SQLite's own default.
+    static let defaultCacheKiB = 2000
 
     /// Commits the batch in one transaction: each todo saved, each journal entry appended
     /// (recorded at `recordedAt`), the head moved to the last entry's seq, and with `prune` the
@@ -188,6 +201,18 @@ final class SQLiteWriter: @unchecked Sendable {
         let result = sqlite_nio_sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &walFrames, &copied)
         guard result == SQLITE_OK else { throw failure(result) }
         return (Int(walFrames), Int(copied))
+    }
+
+    /// The connection's `PRAGMA cache_size`: pages when positive, KiB when negative.
+    func cacheSize() throws -> Int {
+        guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        var statement: OpaquePointer?
+        let prepared = sqlite_nio_sqlite3_prepare_v2(handle, "PRAGMA cache_size", -1, &statement, nil)
+        guard prepared == SQLITE_OK, let statement else { throw failure(prepared) }
+        defer { sqlite_nio_sqlite3_finalize(statement) }
+        let stepped = sqlite_nio_sqlite3_step(statement)
+        guard stepped == SQLITE_ROW else { throw failure(stepped) }
+        return Int(sqlite_nio_sqlite3_column_int64(statement, 0))
     }
 
     /// Finalises the statements and closes the connection; later commits throw.

@@ -95,6 +95,8 @@ struct DaemonOptions: Sendable {
     /// SQLite with `synchronousFull`: the bytes of a commit's WAL frames gathered into one
     /// write (`SQLiteDataSyncVFS`); 0 writes each frame as SQLite does.
     var walWriteBufferBytes = 1 << 20
+    /// SQLite: the writer's page cache, in KiB.
+    var sqliteCacheKiB = 2000
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
     var environment: [String: String] = ProcessInfo.processInfo.environment
 
@@ -431,6 +433,7 @@ final class Daemon: Sendable {
                     retention: options.retention,
                     synchronousFull: options.synchronousFull,
                     walWriteBufferBytes: options.walWriteBufferBytes,
+                    cacheKiB: options.sqliteCacheKiB,
                     eventLoop: group.next(),
                     thread: thread,
                     logger: logger

@@ -124,6 +124,9 @@ import Glibc
         #expect(
             message("store:\n  sequencer_handover_thread: 3\n")?.contains("store.sequencer_handover_thread") == true
         )
+        #expect((try? resolve(nil))?.sqliteCacheKiB == 2000)
+        #expect((try? resolve("store:\n  sqlite_cache_kib: 512\n"))?.sqliteCacheKiB == 512)
+        #expect(message("store:\n  sqlite_cache_kib: 63\n")?.contains("store.sqlite_cache_kib") == true)
         #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
         #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
         #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")

@@ -179,6 +179,22 @@ import Testing
         #expect(try walDescriptors() == 0)
     }
 
+    @Test func theWritersPageCacheIsTheConfiguredSize() async throws {
+        let thread = StoreThread()
+        let (writer, reader, directory) = try await open(thread)
+        try await reader.close()
+        #expect(try await thread.perform { try writer.cacheSize() } == -SQLiteWriter.defaultCacheKiB)
+        try await thread.perform { writer.close() }
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        for (asked, expected) in [(512, -512), (1, -64)] {
+            let sized = try await thread.perform {
+                try SQLiteWriter.open(path: path, synchronousFull: true, cacheKiB: asked)
+            }
+            #expect(try await thread.perform { try sized.cacheSize() } == expected, "asked for \(asked) KiB")
+            try await thread.perform { sized.close() }
+        }
+    }
+
     @Test func aPruneDropsTheJournalEntriesItNamesInTheSameTransaction() async throws {
         let thread = StoreThread()
         let (writer, reader, _) = try await open(thread)
