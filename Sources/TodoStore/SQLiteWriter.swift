@@ -88,8 +88,8 @@ final class SQLiteWriter: @unchecked Sendable {
             // cache mostly holds pages of the WAL. Keep it small: SQLite empties it of pages
             // past the end of the file at every commit, and a B-tree balance that moves pages
             // (it parks one at the page of the 1 GiB lock byte) makes that a scan of the
-            // whole cache. With 64 MiB, a full cache cost the writer about a quarter of its
-            // time under load (docs/DECISIONS.md, "The writer's page cache").
+            // whole cache. With 64 MiB, a daemon under steady load spent about a fifth of its
+            // CPU per request on that (docs/DECISIONS.md, "The writer's page cache").
             try writer.execute("PRAGMA cache_size=-\(max(cacheKiB, 64))")
             try writer.execute("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
