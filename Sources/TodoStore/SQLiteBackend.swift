@@ -68,7 +68,7 @@ final class SQLiteBackend: StorageBackend {
         retention: JournalRetention,
         synchronousFull: Bool,
         walWriteBufferBytes: Int,
-        cacheKiB: Int = SQLiteWriter.defaultCacheKiB,
+        cacheKiB: Int,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
         thread: StoreThread,

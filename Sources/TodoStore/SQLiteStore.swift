@@ -6,11 +6,13 @@ import NIOPosix
 import TodoApp
 
 extension GroupCommitStore {
+    /// The SQLite writer's page cache unless configured, in KiB: SQLite's own default.
+    public static let defaultSQLiteCacheKiB = 2000
+
     /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
     /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that
     /// a batch and its commit run on one thread. `eventLoop` is where the journal reads of
-    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB (SQLite's
-    /// default, 2000, unless given).
+    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB.
     ///
     /// Throws `StoreError` with a one-line message naming the directory when it cannot be
     /// created or written.
@@ -19,7 +21,7 @@ extension GroupCommitStore {
         retention: JournalRetention = JournalRetention(),
         synchronousFull: Bool = true,
         walWriteBufferBytes: Int = 1 << 20,
-        cacheKiB: Int = 2000,
+        cacheKiB: Int = defaultSQLiteCacheKiB,
         threadPool: NIOThreadPool = .singleton,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         thread: StoreThread? = nil,

@@ -62,7 +62,7 @@ final class SQLiteWriter: @unchecked Sendable {
         path: String,
         synchronousFull: Bool,
         walWriteBufferBytes: Int = 0,
-        cacheKiB: Int = defaultCacheKiB
+        cacheKiB: Int = GroupCommitStore.defaultSQLiteCacheKiB
     ) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
@@ -134,9 +134,6 @@ final class SQLiteWriter: @unchecked Sendable {
         }
         return writer
     }
-
-    /// The page cache's size unless configured: SQLite's own default.
-    static let defaultCacheKiB = 2000
 
     /// Commits the batch in one transaction: each todo saved, each journal entry appended
     /// (recorded at `recordedAt`), the head moved to the last entry's seq, and with `prune` the

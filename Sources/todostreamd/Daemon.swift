@@ -96,7 +96,7 @@ struct DaemonOptions: Sendable {
     /// write (`SQLiteDataSyncVFS`); 0 writes each frame as SQLite does.
     var walWriteBufferBytes = 1 << 20
     /// SQLite: the writer's page cache, in KiB.
-    var sqliteCacheKiB = 2000
+    var sqliteCacheKiB = GroupCommitStore.defaultSQLiteCacheKiB
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
     var environment: [String: String] = ProcessInfo.processInfo.environment
 

@@ -183,7 +183,7 @@ import Testing
         let thread = StoreThread()
         let (writer, reader, directory) = try await open(thread)
         try await reader.close()
-        #expect(try await thread.perform { try writer.cacheSize() } == -SQLiteWriter.defaultCacheKiB)
+        #expect(try await thread.perform { try writer.cacheSize() } == -GroupCommitStore.defaultSQLiteCacheKiB)
         try await thread.perform { writer.close() }
         let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
         for (asked, expected) in [(512, -512), (1, -64)] {
