@@ -33,6 +33,34 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case immediately
     }
 
+    // The fields every frame written to this session reads, first and together: a fan-out
+    // writes to every subscriber in turn, so each cache line of the session it touches is a
+    // miss per subscriber (the object spans nine or so lines; these take the first four).
+
+    /// Set by the shard to its pass number while this session gets a run's frames one by one.
+    var ownFramesPass: UInt64 = 0
+    private var context: ChannelHandlerContext?
+    /// Whether the channel is below its high-water mark, as its last writability change left
+    /// it (kept here: asking the channel reaches into two more of its objects per frame).
+    private var channelWritable = false
+    /// Frames were handed to the channel since it was last flushed.
+    private var needsFlush = false
+    /// The hub's pass has been told to call `flushPending` for this session.
+    private var fanOutPending = false
+    private let runFraming: RunFraming
+    private var lifecycle = SessionStateMachine()
+    private var authentication = AuthenticationStateMachine()
+    /// The client's `resume`: while one runs, nothing else from the client is handled.
+    private var resumption = ResumeStateMachine()
+    /// Frames waiting for the channel to be writable again (bounded; see `OutboundQueue`).
+    private var outbound = OutboundQueue()
+    /// `max_queue_bytes` and `max_queue_frames` as of `configurationCopy` (read per frame).
+    private var queueLimits: (version: Int, bytes: Int, frames: Int)
+    /// The channel's high water mark (unknown: `Int.max`): a writable channel holds at most
+    /// this many bytes unsent.
+    private var highWaterMark = Int.max
+    private var stallWatch = StallWatch.idle
+
     let id: SessionID
     let uuid = UUID().uuidString.lowercased()
     let loop: any EventLoop
@@ -48,7 +76,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case oneByOne
     }
 
-    private let runFraming: RunFraming
     private let services: RelayServices<Codec>
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
@@ -59,14 +86,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private let shard: Shard<Codec>?
     private var logger: Logger
 
-    private var context: ChannelHandlerContext?
-    /// The context's channel, kept: asking the context goes through the pipeline each time,
-    /// once per frame written to every subscriber.
-    private var channel: (any Channel)?
-    private var lifecycle = SessionStateMachine()
-    private var authentication = AuthenticationStateMachine()
-    /// The client's `resume`: while one runs, nothing else from the client is handled.
-    private var resumption = ResumeStateMachine()
     /// Frames read and waiting, and requests with the sequencer.
     private var inbound = InboundStateMachine()
     /// The subscriptions as written, and the event types they resolve to for the session's role.
@@ -75,14 +94,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var bucket: TokenBucket
     /// The seq the greeting named.
     private var helloSeq: UInt64 = 0
-    /// Frames were handed to the channel since it was last flushed.
-    private var needsFlush = false
-    /// Frames waiting for the channel to be writable again (bounded; see `OutboundQueue`).
-    private var outbound = OutboundQueue()
-    /// The hub's pass has been told to call `flushPending` for this session.
-    private var fanOutPending = false
-    /// Set by the shard to its pass number while this session gets a run's frames one by one.
-    var ownFramesPass: UInt64 = 0
     /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
 
@@ -108,6 +119,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.shard = services.hub.shard(for: loop)
         let configurationCopy = services.settings.versionedConfiguration
         self.configurationCopy = configurationCopy
+        self.queueLimits = Self.queueLimits(configurationCopy)
         self.bucket = TokenBucket(burst: configurationCopy.configuration.rateLimitBurst)
         var logger = services.logger
         logger[metadataKey: "connection.id"] = "\(id)"
@@ -120,22 +132,35 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// release its strings and arrays, which every session shares, from both loops at once.
     private var configuration: RelayConfiguration {
         _read {
-            if services.settings.version != configurationCopy.version {
-                configurationCopy = services.settings.versionedConfiguration
-            }
+            if services.settings.version != configurationCopy.version { refreshConfiguration() }
             yield configurationCopy.configuration
         }
     }
+
+    /// `max_queue_bytes` and `max_queue_frames` as of the last reload (without the rest of the
+    /// configuration, which lies elsewhere in the session).
+    private var limits: (bytes: Int, frames: Int) {
+        if services.settings.version != queueLimits.version { refreshConfiguration() }
+        return (queueLimits.bytes, queueLimits.frames)
+    }
+
+    private func refreshConfiguration() {
+        configurationCopy = services.settings.versionedConfiguration
+        queueLimits = Self.queueLimits(configurationCopy)
+    }
+
+    private static func queueLimits(
+        _ copy: (version: Int, configuration: RelayConfiguration)
+    ) -> (version: Int, bytes: Int, frames: Int) {
+        (copy.version, copy.configuration.maxQueueBytes, copy.configuration.maxQueueFrames)
+    }
     private var configurationCopy: (version: Int, configuration: RelayConfiguration)
-    /// The channel's high water mark (unknown: `Int.max`): a writable channel holds at most
-    /// this many bytes unsent.
-    private var highWaterMark = Int.max
 
     // MARK: Lifecycle
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        self.channel = context.channel
+        channelWritable = context.channel.isWritable
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
             highWaterMark = waterMark.high
         }
@@ -169,7 +194,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         stop()
         self.context = nil
-        self.channel = nil
     }
 
     private func start() {
@@ -718,7 +742,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// While live output waits, holds `frame`; returns true when it was held.
     private func hold(_ frame: ByteBuffer, seq: UInt64?) -> Bool {
         guard isHoldingLiveOutput else { return false }
-        let (maxBytes, maxFrames) = (configuration.maxQueueBytes, configuration.maxQueueFrames)
+        let (maxBytes, maxFrames) = limits
         var result = resumption.hold(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
         if result == .notHeld {
             result = lifecycle.hold(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
@@ -746,13 +770,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
+        let limits = self.limits
         switch outbound.write(
             bytes,
             frames: frames,
-            channelWritable: channel?.isWritable ?? false,
+            channelWritable: channelWritable,
             channelBacklog: outbound.isEmpty ? 0 : channelBacklog,
-            maxBytes: configuration.maxQueueBytes,
-            maxFrames: configuration.maxQueueFrames
+            maxBytes: limits.bytes,
+            maxFrames: limits.frames
         ) {
         case .write:
             context.write(wrapOutboundOut(bytes), promise: nil)
@@ -777,17 +802,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case watching(unsentBefore: Int)
     }
 
-    private var stallWatch = StallWatch.idle
-
     /// A single write may leave more unsent than `max_queue_bytes` (a batch written while the
     /// channel was writable): then, a little later, a client that took nothing of it in the
     /// meantime is cut; one that is reading is looked at again.
     private func watchForStall() {
         guard case .idle = stallWatch, !lifecycle.isClosing else { return }
-        let limit = configuration.maxQueueBytes
+        let limit = limits.bytes
         // The usual case, answered without asking the channel for its backlog: nothing waits
         // here and the channel is writable, so less than the bound is unsent.
-        if outbound.isEmpty, limit >= highWaterMark, channel?.isWritable == true { return }
+        if outbound.isEmpty, limit >= highWaterMark, channelWritable { return }
         guard queuedBytes > limit else { return }
         stallWatch = .watching(unsentBefore: queuedBytes)
         let bound = NIOLoopBound(self, eventLoop: loop)
@@ -799,7 +822,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         stallWatch = .idle
         guard !lifecycle.isClosing, context != nil else { return }
         let unsent = queuedBytes
-        guard unsent > configuration.maxQueueBytes else { return }
+        guard unsent > limits.bytes else { return }
         if unsent >= before {
             slowConsumer()
         } else {
@@ -808,9 +831,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable, !lifecycle.isClosing {
-            // Hand the channel what waited, as much as it takes before it is full again.
-            while context.channel.isWritable, let next = outbound.next() {
+        channelWritable = context.channel.isWritable
+        if channelWritable, !lifecycle.isClosing {
+            // Hand the channel what waited, as much as it takes before it is full again (a
+            // write that fills it calls this again, which clears `channelWritable`).
+            while channelWritable, let next = outbound.next() {
                 context.write(wrapOutboundOut(next), promise: nil)
                 needsFlush = true
             }

@@ -349,15 +349,7 @@ import TodoStore
             let id = try #require(todoID(created))
             _ = try await reader.json()
             let count = 4000
-            for index in 0..<count {
-                try await writer.send([
-                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
-                ])
-                // The writer reads its own answers as it goes (it is no slow consumer itself).
-                if index % 100 == 99 {
-                    _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
-                }
-            }
+            try await toggle(id, times: count, from: writer)
             var last = 0
             for _ in 0..<count {
                 let frame = try await reader.json(timeout: .seconds(30))
@@ -385,6 +377,64 @@ import TodoStore
                 guard let seq = frame["seq"] as? Int else { continue }
                 #expect(previous == 0 || seq == previous + 1, "broadcasts before the cut come in order, no gaps")
                 previous = seq
+            }
+        }
+    }
+
+    /// A client that stops reading for a while, within the bound, is not cut: what waits for
+    /// it (in the kernel, in the channel, and past the channel's high-water mark in the
+    /// session's own queue, which only a writability change hands on) reaches it in order once
+    /// it reads again.
+    @Test func aClientThatPausesWithinTheBoundGetsEveryFrameInOrder() async throws {
+        try await withDaemon(
+            .custom({ options in
+                options.relay.maxQueueBytes = 8 << 20
+                options.relay.maxQueueFrames = 100_000
+                options.relay.rateLimitPerSecond = 1_000_000
+                options.relay.rateLimitBurst = 1_000_000
+                options.relay.socketSendBufferBytes = 4096
+            })
+        ) { daemon in
+            let paused = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096, autoRead: false)
+            let (reader, _) = try await daemon.client()
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo("Paused")
+            let id = try #require(todoID(created))
+            _ = try await reader.json()
+            // About 1,500 × 330 bytes: several times what the kernel's buffers (4 KiB each
+            // way) and the channel (its high-water mark, 64 KiB) hold together.
+            let count = 1500
+            try await toggle(id, times: count, from: writer)
+            for _ in 0..<count { _ = try await reader.json(timeout: .seconds(30)) }
+            paused.startReading()
+            #expect(try await paused.json()["op"] as? String == "hello")
+            var last = 0
+            var bytes = 0
+            for _ in 0..<(count + 1) {
+                let line = try await paused.line(timeout: .seconds(30))
+                bytes += line.utf8.count + 1
+                let frame = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                let seq = try #require(frame["seq"] as? Int, "not a broadcast: \(line.prefix(200))")
+                #expect(last == 0 || seq == last + 1, "broadcasts in order, no gaps")
+                last = seq
+            }
+            #expect(last == count + 1)
+            #expect(bytes > 4 * 64 * 1024, "the burst was too small to fill the channel: \(bytes) bytes")
+            // Still connected and answered: not cut.
+            try await paused.send(["op": "ping", "id": "p"])
+            #expect(try await paused.json()["op"] as? String == "pong")
+        }
+    }
+
+    /// Toggles todo `id` `times` times from `writer`, in a burst; the writer reads its own
+    /// answers as it goes (it is no slow consumer itself).
+    private func toggle(_ id: String, times count: Int, from writer: TestConnection) async throws {
+        for index in 0..<count {
+            try await writer.send([
+                "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+            ])
+            if index % 100 == 99 {
+                _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
             }
         }
     }
