@@ -132,7 +132,8 @@ final class Connector: Sendable {
                 configure?(connection)
                 box.value = connection
                 let handlers: [any ChannelHandler] =
-                    transport == .webSocket ? [WebSocketLines(host: hostHeader), connection] : [connection]
+                    transport == .webSocket
+                    ? [WebSocketLines(host: hostHeader, connection: connection), connection] : [connection]
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers(handlers)
                 }

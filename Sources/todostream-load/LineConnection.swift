@@ -101,15 +101,12 @@ class LineConnection: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var buffer = unwrapInboundIn(data)
-        if mode == .subscriber { stats.receivedBytes += buffer.readableBytes }
+        let now = beginRead(bytes: buffer.readableBytes)
         if var stashed = stash {
             stash = nil
             stashed.writeBuffer(&buffer)
             buffer = stashed
         }
-        windowStart = run.measureStart.load(ordering: .relaxed)
-        windowEnd = run.measureEnd.load(ordering: .relaxed)
-        let now = Clock.now()
         let consumed = buffer.withUnsafeReadableBytes { raw -> Int in
             guard let base = raw.baseAddress else { return 0 }
             var start = 0
@@ -132,6 +129,16 @@ class LineConnection: ChannelInboundHandler {
             }
             stash = buffer
         }
+    }
+
+    /// Starts on what one read brought (`bytes` of it, as received): returns the time its lines
+    /// are stamped with. A transport that hands on whole messages itself (`WebSocketLines`)
+    /// calls this, then `handleLine` for each message.
+    final func beginRead(bytes: Int) -> UInt64 {
+        if mode == .subscriber { stats.receivedBytes += bytes }
+        windowStart = run.measureStart.load(ordering: .relaxed)
+        windowEnd = run.measureEnd.load(ordering: .relaxed)
+        return Clock.now()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

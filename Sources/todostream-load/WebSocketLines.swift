@@ -1,19 +1,20 @@
 import NIOCore
 
 /// Lets a `LineConnection` speak to todostreamd over WebSocket (`/events`) at the cost of a
-/// plain TCP reader: it sends the upgrade request itself, checks the `101`, then turns the
-/// server's frames into lines in bulk — every text message of one read is copied, with a `\n`
-/// after it, into one buffer handed on once (as TCP hands on one read). Fragmented messages
-/// are reassembled up to `maxMessageBytes`; pings are answered; a close, a bad frame or a
-/// refused upgrade closes the connection. Each buffer written becomes one masked text message;
-/// what is written before the upgrade completes waits for it.
+/// plain TCP reader: it sends the upgrade request itself, checks the `101`, then hands each
+/// text message to the connection as a line, in place: a message that arrived in one frame is
+/// read where it lies in the received bytes, never copied (a TCP read is split into lines the
+/// same way). Fragmented messages are reassembled up to `maxMessageBytes`; pings are answered;
+/// a close, a bad frame or a refused upgrade closes the connection. Each buffer written becomes
+/// one masked text message; what is written before the upgrade completes waits for it.
 ///
 /// NIO's frame decoder is not used on purpose: it makes an object and a pipeline hop per
 /// message, which at a million messages a second costs the load tool more CPU than the daemon
-/// spends, on the same two cores, and would make WebSocket look slower than it is.
+/// spends, on the same two cores, and would make WebSocket look slower than it is. For the
+/// same reason messages are not copied into a buffer of lines for the connection to split
+/// again: that cost a third more CPU per message than a TCP line.
 final class WebSocketLines: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -24,6 +25,8 @@ final class WebSocketLines: ChannelDuplexHandler {
     }
 
     private let host: String
+    /// Where the messages go: the next handler, called directly.
+    private let connection: LineConnection
     private let maxMessageBytes = 1 << 20
     private let maxResponseHeadBytes = 16 << 10
     private var state = State.awaitingUpgrade(pending: [])
@@ -32,7 +35,10 @@ final class WebSocketLines: ChannelDuplexHandler {
     /// A text message whose final fragment has not arrived yet.
     private var fragments: ByteBuffer?
 
-    init(host: String) { self.host = host }
+    init(host: String, connection: LineConnection) {
+        self.host = host
+        self.connection = connection
+    }
 
     func channelActive(context: ChannelHandlerContext) {
         let request =
@@ -64,22 +70,21 @@ final class WebSocketLines: ChannelDuplexHandler {
             if !pending.isEmpty { context.flush() }
         }
         guard case .open = state else { return }
-        var lines = context.channel.allocator.buffer(capacity: buffer.readableBytes + 64)
+        let now = connection.beginRead(bytes: buffer.readableBytes)
         while true {
-            copyWholeTextMessages(&buffer, into: &lines)
+            handWholeTextMessages(&buffer, now: now)
             // Anything else (a fragment, a ping, a close, an incomplete frame) the slow way.
             guard let frame = nextFrame(&buffer) else { break }
-            guard handle(frame, into: &lines, context: context) else { return fail(context) }
+            guard handle(frame, now: now, context: context) else { return fail(context) }
         }
         if buffer.readableBytes > 0 { input = buffer }
-        if lines.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(lines)) }
     }
 
-    /// Copies the complete, unmasked text messages of one frame each at the front of `buffer`
-    /// into `lines`, each ending with a newline, straight from the received bytes (the common
-    /// case: every broadcast is one such frame). Stops at the first frame that is anything else
-    /// or incomplete, or while a fragmented message is being put together.
-    private func copyWholeTextMessages(_ buffer: inout ByteBuffer, into lines: inout ByteBuffer) {
+    /// Hands the connection the complete, unmasked text messages of one frame each at the
+    /// front of `buffer`, where they lie in the received bytes (the common case: every
+    /// broadcast is one such frame). Stops at the first frame that is anything else or
+    /// incomplete, or while a fragmented message is being put together.
+    private func handWholeTextMessages(_ buffer: inout ByteBuffer, now: UInt64) {
         guard fragments == nil else { return }
         let consumed = buffer.withUnsafeReadableBytes { raw -> Int in
             var offset = 0
@@ -89,13 +94,17 @@ final class WebSocketLines: ChannelDuplexHandler {
             {
                 let start = offset + header.size
                 let end = start + Int(header.length)
-                lines.writeBytes(UnsafeRawBufferPointer(rebasing: raw[start..<end]))
-                lines.writeInteger(UInt8(0x0A))
+                connection.handleLine(UnsafeRawBufferPointer(rebasing: raw[start..<end]), now: now)
                 offset = end
             }
             return offset
         }
         buffer.moveReaderIndex(forwardBy: consumed)
+    }
+
+    /// Hands the connection one whole message.
+    private func hand(_ message: ByteBuffer, now: UInt64) {
+        message.withUnsafeReadableBytes { connection.handleLine($0, now: now) }
     }
 
     /// A frame's header: its first byte (FIN and opcode), whether a mask follows, the header's
@@ -146,15 +155,14 @@ final class WebSocketLines: ChannelDuplexHandler {
     }
 
     /// False when the connection must close.
-    private func handle(_ frame: Frame, into lines: inout ByteBuffer, context: ChannelHandlerContext) -> Bool {
+    private func handle(_ frame: Frame, now: UInt64, context: ChannelHandlerContext) -> Bool {
         var payload = frame.payload
         switch frame.opcode {
         case 0x1, 0x0:
             if frame.opcode == 0x1, fragments != nil { return false }
             if frame.opcode == 0x0, fragments == nil { return false }
             if frame.fin, fragments == nil {
-                lines.writeBuffer(&payload)
-                lines.writeInteger(UInt8(0x0A))
+                hand(payload, now: now)
                 return true
             }
             var message = fragments ?? context.channel.allocator.buffer(capacity: payload.readableBytes)
@@ -162,8 +170,7 @@ final class WebSocketLines: ChannelDuplexHandler {
             guard message.readableBytes <= maxMessageBytes else { return false }
             if frame.fin {
                 fragments = nil
-                lines.writeBuffer(&message)
-                lines.writeInteger(UInt8(0x0A))
+                hand(message, now: now)
             } else {
                 fragments = message
             }
