@@ -39,6 +39,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Set by the shard to its pass number while this session gets a run's frames one by one.
     var ownFramesPass: UInt64 = 0
+    private let services: RelayServices<Codec>
     private var context: ChannelHandlerContext?
     /// Whether the channel is below its high-water mark, as its last writability change left
     /// it (kept here: asking the channel reaches into two more of its objects per frame).
@@ -76,7 +77,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case oneByOne
     }
 
-    private let services: RelayServices<Codec>
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
     private let preauthenticated: Role?
@@ -680,8 +680,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
-    /// by one, for when live output is held); returns true like `enqueueBroadcast`.
-    func enqueueBroadcastRun(_ run: ByteBuffer, webSocketRun: ByteBuffer?, frames: [BroadcastFrame]) -> Bool {
+    /// by one, for when live output is held); returns true like `enqueueBroadcast`. With
+    /// `flushing`, a run that goes out as one buffer is flushed with its write (one pass down the
+    /// pipeline, not two) and false is returned.
+    func enqueueBroadcastRun(
+        _ run: ByteBuffer,
+        webSocketRun: ByteBuffer?,
+        frames: [BroadcastFrame],
+        flushing: Bool
+    ) -> Bool {
         guard !lifecycle.isClosing else { return false }
         if isHoldingLiveOutput {
             for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
@@ -689,9 +696,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         switch runFraming {
         case .lines:
+            if flushing { return writeAndFlush(run, frames: frames.count) }
             write(run, frames: frames.count)
         case .webSocketFrames where takesWebSocketRuns:
             if let webSocketRun {
+                if flushing { return writeAndFlush(webSocketRun, frames: frames.count) }
                 write(webSocketRun, frames: frames.count)
             } else {
                 for frame in frames { write(frame.plain) }
@@ -700,6 +709,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             for frame in frames { write(frame.plain) }
         }
         return markPending()
+    }
+
+    /// Writes `buffer` and flushes the channel; returns false (nothing is left to flush).
+    private func writeAndFlush(_ buffer: ByteBuffer, frames: Int) -> Bool {
+        write(buffer, frames: frames, flushing: true)
+        flush()
+        return false
     }
 
     /// Whether this session writes the hub's framed WebSocket runs as they are (not a monitor
@@ -763,7 +779,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         write(OutboundFrame.error(code, message, correlation: re))
     }
 
-    private func write(_ buffer: ByteBuffer, frames: Int = 1) {
+    /// Hands `buffer` to the channel, or queues it (see `OutboundQueue`). With `flushing`, a
+    /// buffer handed to the channel is flushed with it.
+    private func write(_ buffer: ByteBuffer, frames: Int = 1, flushing: Bool = false) {
         guard let context, !lifecycle.isClosing else { return }
         var bytes = buffer
         if authentication.role == .monitor, let redactor = services.settings.monitorRedactor {
@@ -779,6 +797,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             maxBytes: limits.bytes,
             maxFrames: limits.frames
         ) {
+        case .write where flushing:
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            needsFlush = false
+            watchForStall()
         case .write:
             context.write(wrapOutboundOut(bytes), promise: nil)
             needsFlush = true

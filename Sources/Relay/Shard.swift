@@ -197,8 +197,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     /// its place.
     ///
     /// With `flushingAtOnce` (the last run of a drain), each session is flushed right after it
-    /// is written, not in a second pass over every session written to: a connection's state
-    /// is then read while it is still in cache, and each flush comes earlier. A session that
+    /// is written (with the write itself, where its run is one buffer), not in a second pass
+    /// over every session written to: a connection's state is then read while it is still in
+    /// cache, and each flush comes earlier. A session that
     /// was written in an earlier run of the same drain still waits for the drain's flush.
     func fanOut(_ frames: [BroadcastFrame], _ personal: [ShardPersonalFrame], flushingAtOnce: Bool) {
         if frames.isEmpty, personal.isEmpty { return }
@@ -270,7 +271,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
             }
             let run = joined ?? Self.joined(frames)
             joined = run
-            if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames) {
+            if session.enqueueBroadcastRun(run, webSocketRun: webSocketRun, frames: frames, flushing: flushingAtOnce) {
                 settle(session, flushingAtOnce: flushingAtOnce)
             }
         }
