@@ -55,8 +55,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var resumption = ResumeStateMachine()
     /// Frames waiting for the channel to be writable again (bounded; see `OutboundQueue`).
     private var outbound = OutboundQueue()
-    /// `max_queue_bytes` and `max_queue_frames` as of `configurationCopy` (read per frame).
-    private var queueLimits: (version: Int, bytes: Int, frames: Int)
+    /// The settings' version that `configurationCopy` and `queueLimits` are of.
+    private var configurationVersion: Int
+    /// `max_queue_bytes` and `max_queue_frames` of `configurationCopy`, here (read per frame).
+    private var queueLimits: (bytes: Int, frames: Int)
     /// The channel's high water mark (unknown: `Int.max`): a writable channel holds at most
     /// this many bytes unsent.
     private var highWaterMark = Int.max
@@ -117,10 +119,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
         self.shard = services.hub.shard(for: loop)
-        let configurationCopy = services.settings.versionedConfiguration
-        self.configurationCopy = configurationCopy
-        self.queueLimits = Self.queueLimits(configurationCopy)
-        self.bucket = TokenBucket(burst: configurationCopy.configuration.rateLimitBurst)
+        let (version, configuration) = services.settings.versionedConfiguration
+        self.configurationVersion = version
+        self.configurationCopy = configuration
+        self.queueLimits = (configuration.maxQueueBytes, configuration.maxQueueFrames)
+        self.bucket = TokenBucket(burst: configuration.rateLimitBurst)
         var logger = services.logger
         logger[metadataKey: "connection.id"] = "\(id)"
         logger[metadataKey: "transport"] = "\(transport)"
@@ -132,29 +135,23 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// release its strings and arrays, which every session shares, from both loops at once.
     private var configuration: RelayConfiguration {
         _read {
-            if services.settings.version != configurationCopy.version { refreshConfiguration() }
-            yield configurationCopy.configuration
+            if services.settings.version != configurationVersion { refreshConfiguration() }
+            yield configurationCopy
         }
     }
 
     /// `max_queue_bytes` and `max_queue_frames` as of the last reload (without the rest of the
     /// configuration, which lies elsewhere in the session).
     private var limits: (bytes: Int, frames: Int) {
-        if services.settings.version != queueLimits.version { refreshConfiguration() }
-        return (queueLimits.bytes, queueLimits.frames)
+        if services.settings.version != configurationVersion { refreshConfiguration() }
+        return queueLimits
     }
 
     private func refreshConfiguration() {
-        configurationCopy = services.settings.versionedConfiguration
-        queueLimits = Self.queueLimits(configurationCopy)
+        (configurationVersion, configurationCopy) = services.settings.versionedConfiguration
+        queueLimits = (configurationCopy.maxQueueBytes, configurationCopy.maxQueueFrames)
     }
-
-    private static func queueLimits(
-        _ copy: (version: Int, configuration: RelayConfiguration)
-    ) -> (version: Int, bytes: Int, frames: Int) {
-        (copy.version, copy.configuration.maxQueueBytes, copy.configuration.maxQueueFrames)
-    }
-    private var configurationCopy: (version: Int, configuration: RelayConfiguration)
+    private var configurationCopy: RelayConfiguration
 
     // MARK: Lifecycle
 
@@ -694,26 +691,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
             return false
         }
+        let whole: ByteBuffer?
         switch runFraming {
-        case .lines:
-            if flushing { return writeAndFlush(run, frames: frames.count) }
-            write(run, frames: frames.count)
-        case .webSocketFrames where takesWebSocketRuns:
-            if let webSocketRun {
-                if flushing { return writeAndFlush(webSocketRun, frames: frames.count) }
-                write(webSocketRun, frames: frames.count)
-            } else {
-                for frame in frames { write(frame.plain) }
-            }
-        case .webSocketFrames, .oneByOne:
-            for frame in frames { write(frame.plain) }
+        case .lines: whole = run
+        case .webSocketFrames where takesWebSocketRuns: whole = webSocketRun
+        case .webSocketFrames, .oneByOne: whole = nil
         }
-        return markPending()
-    }
-
-    /// Writes `buffer` and flushes the channel; returns false (nothing is left to flush).
-    private func writeAndFlush(_ buffer: ByteBuffer, frames: Int) -> Bool {
-        write(buffer, frames: frames, flushing: true)
+        guard let whole else {
+            for frame in frames { write(frame.plain) }
+            return markPending()
+        }
+        write(whole, frames: frames.count, flushing: flushing)
+        guard flushing else { return markPending() }
         flush()
         return false
     }

@@ -206,17 +206,26 @@ def encode(frame) -> bytes:
     return (json.dumps(frame, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 
-class LineClient(FrameSource):
-    """NDJSON over a plain TCP socket (Python's socket module: the 'raw' client)."""
+def connect_socket(host: str, port: int, rcvbuf: int | None = None) -> socket.socket:
+    """A TCP connection; `rcvbuf` is set before connecting, so the window starts that small."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(DEFAULT_TIMEOUT)
+    sock.connect((host, port))
+    return sock
 
-    def __init__(self, port: int, host: str = "127.0.0.1", rcvbuf: int | None = None, hello: bool = True, name: str = "tcp"):
+
+class LineClient(FrameSource):
+    """NDJSON over a plain TCP socket (Python's socket module: the 'raw' client); over TLS with
+    `tls` (a context; the server is checked as `localhost`)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", rcvbuf: int | None = None, hello: bool = True, name: str = "tcp", tls=None):
         super().__init__()
         self.name = name
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(DEFAULT_TIMEOUT)
-        self.sock.connect((host, port))
+        self.sock = connect_socket(host, port, rcvbuf)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="localhost")
         self.buf = b""
         self.hello = None
         if hello:
@@ -387,8 +396,8 @@ class WSClient(FrameSource):
 class RawWS:
     """A hand-written WebSocket client: full control over masking, RSV bits, opcodes, fragments."""
 
-    def __init__(self, port: int, path: str = "/events", headers: dict | None = None):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=DEFAULT_TIMEOUT)
+    def __init__(self, port: int, path: str = "/events", headers: dict | None = None, rcvbuf: int | None = None):
+        self.sock = connect_socket("127.0.0.1", port, rcvbuf)
         try:
             self._handshake(port, path, headers)
         except BaseException:
