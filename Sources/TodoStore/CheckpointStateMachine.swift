@@ -11,9 +11,15 @@
 ///   runs again at once, up to `maxPasses` times in a row. Each pass has less to copy than the
 ///   one before, and one that ends between two commits lets the next commit start the WAL over.
 ///   Nothing waits for these passes.
-/// - **The tail**, only when the WAL has reached `tailFrames` all the same: the writer itself, on
-///   the store's thread and before its next commit, copies what is left. That commit waits for
-///   it, which is why it is the last resort: it keeps the file bounded.
+/// - **The tail**, only when the WAL has reached `tailFrames` all the same after the passes: the
+///   writer itself, on the store's thread and before its next commit, copies what is left. That
+///   commit waits for it, which is why it is the last resort: it keeps the file bounded.
+/// - **The limit**: copies that each catch up with the WAL as it was when they ended do not
+///   start it over when a commit was under way meanwhile (the next commit finds that one's
+///   frames not yet copied), which under a steady load is most of the time; the WAL then
+///   starts over only when a copy happens to end between two commits. Once it holds
+///   `limitFrames` all the same, the writer copies the tail before its next commit, so the file
+///   has a bound that does not depend on luck.
 ///
 /// Without these, the WAL never restarted under a steady load: the file grew without bound
 /// (hundreds of MiB in minutes), and each commit appended to it, paying for new blocks.
@@ -56,18 +62,23 @@ struct CheckpointStateMachine: Sendable {
     let copyEvery: Int
     let restartFrames: Int
     let tailFrames: Int
+    let limitFrames: Int
     let maxPasses: Int
     private var state = State.idle(commitsSince: 0)
 
     /// - Parameters:
     ///   - copyEvery: commits between the starts of two copies.
     ///   - restartFrames: the WAL's size in frames from which copies try to catch up.
-    ///   - tailFrames: the WAL's size in frames from which the writer copies the tail.
+    ///   - tailFrames: the WAL's size in frames from which the writer copies the tail after
+    ///     passes that did not catch up.
+    ///   - limitFrames: the WAL's size in frames from which the writer copies the tail whatever
+    ///     the copies did.
     ///   - maxPasses: copies in a row at most, when catching up.
-    init(copyEvery: Int, restartFrames: Int, tailFrames: Int, maxPasses: Int) {
+    init(copyEvery: Int, restartFrames: Int, tailFrames: Int, limitFrames: Int, maxPasses: Int) {
         self.copyEvery = max(1, copyEvery)
         self.restartFrames = max(1, restartFrames)
         self.tailFrames = max(self.restartFrames, tailFrames)
+        self.limitFrames = max(self.tailFrames, limitFrames)
         self.maxPasses = max(1, maxPasses)
     }
 
@@ -78,8 +89,8 @@ struct CheckpointStateMachine: Sendable {
         return .copyTail
     }
 
-    /// A commit has been stored.
-    mutating func committed() -> CommitAction {
+    /// A commit has been stored; the WAL holds `walFrames` frames now.
+    mutating func committed(walFrames: Int) -> CommitAction {
         switch state {
         case .closed:
             return .none
@@ -87,6 +98,11 @@ struct CheckpointStateMachine: Sendable {
             state = .copying(commitsSince: commits + 1, pass: pass)
             return .none
         case .tailDue(let commits):
+            state = .tailDue(commitsSince: commits + 1)
+            return .none
+        case .idle(let commits) where walFrames >= limitFrames:
+            // The copies caught up, but the WAL did not start over: a commit was under way
+            // when each one ended, so the next commit found frames not yet copied.
             state = .tailDue(commitsSince: commits + 1)
             return .none
         case .idle(let commits) where commits + 1 < copyEvery:

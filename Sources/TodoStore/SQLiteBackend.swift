@@ -33,12 +33,16 @@ final class SQLiteBackend: StorageBackend {
     /// and from which the writer copies the tail itself (see `CheckpointStateMachine`).
     static let restartFrames = 1_024
     static let tailFrames = 4_096
+    /// The WAL's size in frames from which the writer copies the tail whatever the copies did:
+    /// 64 MiB of 4 KiB pages, the size the WAL file is cut back to when it starts over.
+    static let limitFrames = 16_384
 
     private struct Checkpoints {
         var machine = CheckpointStateMachine(
             copyEvery: checkpointEvery,
             restartFrames: restartFrames,
             tailFrames: tailFrames,
+            limitFrames: limitFrames,
             maxPasses: 4
         )
         /// The background copy, while one runs.
@@ -227,7 +231,7 @@ final class SQLiteBackend: StorageBackend {
         let logger = self.logger
         let writer = self.writer
         checkpoints.withLockedValue { state in
-            guard case .startCopy = state.machine.committed() else { return }
+            guard case .startCopy = state.machine.committed(walFrames: writer.walFrames) else { return }
             state.copy = Task {
                 var again = true
                 while again {
