@@ -34,8 +34,8 @@ final class SQLiteBackend: StorageBackend {
     static let restartFrames = 1_024
     static let tailFrames = 4_096
     /// The WAL's size in frames from which the writer copies the tail whatever the copies did:
-    /// 64 MiB of 4 KiB pages, the size the WAL file is cut back to when it starts over.
-    static let limitFrames = 16_384
+    /// as many pages as the WAL file is cut back to when it starts over (64 MiB).
+    static let limitFrames = SQLiteWriter.walSizeLimitBytes / SQLiteWriter.pageBytes
 
     private struct Checkpoints {
         var machine = CheckpointStateMachine(

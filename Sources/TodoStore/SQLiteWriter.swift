@@ -46,6 +46,12 @@ final class SQLiteWriter: @unchecked Sendable {
         var description: String { "SQLite error \(code): \(message)" }
     }
 
+    /// The size the WAL file is cut back to when it starts over (`PRAGMA journal_size_limit`).
+    static let walSizeLimitBytes = 64 << 20
+    /// The database's page size (SQLite's default; the store never sets another): a WAL frame
+    /// holds one page.
+    static let pageBytes = 4_096
+
     /// SQLite copies text and blobs bound with this destructor before the call returns.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
@@ -93,7 +99,7 @@ final class SQLiteWriter: @unchecked Sendable {
             try writer.execute("PRAGMA cache_size=-\(max(cacheKiB, 64))")
             try writer.execute("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
-            try writer.execute("PRAGMA journal_size_limit=67108864")
+            try writer.execute("PRAGMA journal_size_limit=\(walSizeLimitBytes)")
             // Replaces the automatic checkpoint's hook (turned off above): after each commit,
             // note the WAL's size for the checkpoints.
             sqlite_nio_sqlite3_wal_hook(

@@ -78,8 +78,9 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         for index in 0..<6_000 { _ = try await create(store, "t\(index)") }
         let wal = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName + "-wal")
         let size = try #require(try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int)
-        // A frame is a 4 KiB page and a 24-byte header; the file has a 32-byte header.
-        #expect(size <= (SQLiteBackend.limitFrames + 64) * 4_120 + 32, "the WAL grew to \(size) bytes")
+        // A frame is a page and a 24-byte header; the file has a 32-byte header.
+        let frameBytes = SQLiteWriter.pageBytes + 24
+        #expect(size <= (SQLiteBackend.limitFrames + 64) * frameBytes + 32, "the WAL grew to \(size) bytes")
         #expect(try await store.readTodos(id: nil).count == 6_000)
         await store.close()
     }
