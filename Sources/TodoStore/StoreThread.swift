@@ -24,8 +24,9 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
     /// - Parameter spin: how long the thread stays awake for more work once it has run what
     ///   was queued, before it sleeps. Work that arrives within it starts at once, with no
     ///   wake-up through the kernel (which costs tens of microseconds on a virtual machine,
-    ///   on both sides); the price is up to this much CPU after each piece of work. Zero: sleep
-    ///   at once.
+    ///   on both sides); the price is up to this much CPU after each piece of work. The thread
+    ///   stops spinning after a spin that found nothing, and spins again once work has come
+    ///   within a spin of its going to sleep (`SpinStateMachine`). Zero: sleep at once.
     public init(name: String = "store", spin: Duration = .zero) {
         inbox = Inbox(spin: spin)
         let inbox = self.inbox
@@ -75,6 +76,9 @@ public final class StoreThread: SerialExecutor, @unchecked Sendable {
     /// How often the thread has gone to sleep for want of work.
     var sleeps: Int { inbox.sleeps }
 
+    /// How often the thread has begun to spin for want of work.
+    var spins: Int { inbox.spinCount.load(ordering: .relaxed) }
+
     /// Runs `work` on the thread, after what is queued before it; returns at once.
     public func execute(_ work: @escaping @Sendable () -> Void) {
         inbox.append(.work(work))
@@ -102,7 +106,7 @@ extension StoreThread {
     /// The thread's queue: appended to from any thread, drained by the thread alone.
     fileprivate final class Inbox: @unchecked Sendable {
         // Invariant: `items`, `state` and `thread` are read and written only with `condition`
-        // locked.
+        // locked; `spinning` only by the thread itself.
         private let condition = NSCondition()
         private var items: [Item] = []
         private var state = State.running(idle: false)
@@ -110,11 +114,14 @@ extension StoreThread {
         /// Items appended since the thread last took them, readable without the lock (the
         /// thread's spin before it sleeps looks at it).
         private let pending = Atomic<Int>(0)
-        private let spin: Duration
+        /// Read and written by the thread alone.
+        private var spinning: SpinStateMachine
         private var sleepCount = 0
+        /// Spins begun, readable from any thread.
+        let spinCount = Atomic<Int>(0)
 
         init(spin: Duration) {
-            self.spin = spin
+            spinning = SpinStateMachine(spin: spin)
         }
 
         private enum State {
@@ -152,11 +159,16 @@ extension StoreThread {
             if wake { condition.signal() }
         }
 
-        /// Stays awake up to `spin` while nothing is queued. An append meanwhile finds the
-        /// thread not idle and signals nothing; the thread sees `pending` and takes the item
-        /// under the lock, so nothing is missed either way.
-        private func awaitWorkAwake() {
-            guard spin > .zero, pending.load(ordering: .acquiring) == 0 else { return }
+        /// Stays awake up to the spin while nothing is queued, when `spinning` says so. An append
+        /// meanwhile finds the thread not idle and signals nothing; the thread sees `pending` and
+        /// takes the item under the lock, so nothing is missed either way.
+        ///
+        /// - Returns: whether the thread is to time its sleep, should it sleep now: it did not
+        ///   spin, and `spinning` wants to know how soon work comes.
+        private func awaitWorkAwake() -> Bool {
+            guard pending.load(ordering: .acquiring) == 0 else { return false }
+            guard case .spin(let spin) = spinning.idle() else { return spinning.spin > .zero }
+            spinCount.add(1, ordering: .relaxed)
             let deadline = ContinuousClock.now + spin
             var rounds = 0
             while pending.load(ordering: .acquiring) == 0 {
@@ -164,9 +176,14 @@ extension StoreThread {
                 // The clock is read, and the CPU offered to anything else runnable here, once
                 // every few looks.
                 guard rounds % 16 == 0 else { continue }
-                if ContinuousClock.now >= deadline { return }
+                if ContinuousClock.now >= deadline {
+                    spinning.spinEnded(foundWork: false)
+                    return false
+                }
                 sched_yield()
             }
+            spinning.spinEnded(foundWork: true)
+            return false
         }
 
         func close() {
@@ -184,8 +201,9 @@ extension StoreThread {
             condition.unlock()
             var batch: [Item] = []
             while true {
-                awaitWorkAwake()
+                let timed = awaitWorkAwake()
                 condition.lock()
+                var asleepSince: ContinuousClock.Instant?
                 while items.isEmpty {
                     if case .closed = state {
                         condition.unlock()
@@ -193,11 +211,13 @@ extension StoreThread {
                     }
                     state = .running(idle: true)
                     sleepCount += 1
+                    if timed, asleepSince == nil { asleepSince = .now }
                     condition.wait()
                 }
                 swap(&batch, &items)
                 pending.store(0, ordering: .relaxed)
                 condition.unlock()
+                if let asleepSince { spinning.woke(after: .now - asleepSince) }
                 for item in batch {
                     switch item {
                     case .job(let job): job.runSynchronously(on: executor)

@@ -301,6 +301,37 @@ import Testing
         #expect(sleeping.sleeps >= 200)
     }
 
+    /// Work that comes later than the spin stops the thread spinning: after one spin that
+    /// found nothing it sleeps at once, as long as work keeps coming later than a spin would
+    /// last. Work that comes within a spin of its sleep starts it spinning again.
+    @Test(.timeLimit(.minutes(1))) func aThreadStopsSpinningForWorkThatComesLaterThanItsSpin() async throws {
+        // No wake-up through the kernel takes less than a microsecond.
+        let thread = StoreThread(spin: .microseconds(1))
+        var slept = thread.sleeps
+        for value in 0..<100 {
+            #expect(try await thread.perform { value } == value)
+            while thread.sleeps == slept { await Task.yield() }
+            slept = thread.sleeps
+        }
+        // Without the rule it would have spun after each piece of work.
+        #expect(thread.spins <= 5)
+
+        // A spin longer than anything here. The first after the work finds nothing (the test
+        // waits for the sleep after it); the work after that sleep came a spin and more after
+        // the thread went idle, so it sleeps at once after it. Work sent right after that
+        // sleep began comes within a spin: the thread spins after it.
+        let patient = StoreThread(spin: .seconds(5))
+        _ = try await patient.perform { 0 }
+        while patient.sleeps == 0 { await Task.yield() }
+        let spun = patient.spins
+        _ = try await patient.perform { 1 }
+        while patient.sleeps == 1 { await Task.yield() }
+        #expect(patient.spins == spun)
+        _ = try await patient.perform { 2 }
+        while patient.spins == spun { await Task.yield() }
+        #expect(patient.spins == spun + 1)
+    }
+
     /// Work from many threads at once, while the thread spins and after it has gone to sleep
     /// (a short spin), all runs: no append is missed between the spin and the sleep.
     @Test(.timeLimit(.minutes(1))) func nothingIsMissedBetweenTheSpinAndTheSleep() async throws {
