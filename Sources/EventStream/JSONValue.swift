@@ -105,7 +105,12 @@ private struct JSONSubsetParser {
 
     init(_ bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
+        // Room for a request frame's members at every level at once (about ten), so the stack
+        // is allocated once rather than grown member by member.
+        pendingMembers.reserveCapacity(Self.membersReserved)
     }
+
+    private static let membersReserved = 16
 
     mutating func parseDocument() -> JSONValue? {
         skipWhitespace()
@@ -246,7 +251,15 @@ private struct JSONSubsetParser {
             guard let value = parseValue() else { return nil }
             pendingMembers.append(JSONObject.Member(key: key, value: value))
             guard let closed = closesAfterElement(UInt8(ascii: "}")) else { return nil }
-            if closed { return .object(JSONObject(members: Array(pendingMembers[first...]))) }
+            if closed {
+                // Copied into an array of its own: one sharing the stack's storage (which
+                // `Array(slice)` makes of the outermost object's) would have the removal of
+                // these members copy the stack.
+                var members: [JSONObject.Member] = []
+                members.reserveCapacity(pendingMembers.count - first)
+                members.append(contentsOf: pendingMembers[first...])
+                return .object(JSONObject(members: members))
+            }
         }
     }
 

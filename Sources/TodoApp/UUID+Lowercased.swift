@@ -48,7 +48,7 @@ extension UUID {
             default: return nil
             }
         }
-        var result = [UInt8](repeating: 0, count: 16)
+        var result: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         var out = 0
         var index = bytes.startIndex
         var position = 0
@@ -63,15 +63,13 @@ extension UUID {
             guard next != bytes.endIndex, let high = nibble(bytes[index]), let low = nibble(bytes[next]) else {
                 return nil
             }
-            result[out] = high << 4 | low
+            guard out < 16 else { return nil }
+            withUnsafeMutableBytes(of: &result) { $0[out] = high << 4 | low }
             out += 1
             index = bytes.index(after: next)
             position += 2
         }
         guard out == 16 else { return nil }
-        return (
-            result[0], result[1], result[2], result[3], result[4], result[5], result[6], result[7],
-            result[8], result[9], result[10], result[11], result[12], result[13], result[14], result[15]
-        )
+        return result
     }
 }
