@@ -56,4 +56,8 @@ struct SpinStateMachine: Sendable {
 
     /// Whether the thread spins when it is next idle.
     var spins: Bool { state == .spinning }
+
+    /// Whether a sleep that `idle` chose is to be timed for `woke(after:)`: only while
+    /// stopped, when how soon work comes decides whether to spin again.
+    var timesSleeps: Bool { state == .sleeping }
 }

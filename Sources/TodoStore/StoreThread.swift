@@ -167,7 +167,7 @@ extension StoreThread {
         ///   spin, and `spinning` wants to know how soon work comes.
         private func awaitWorkAwake() -> Bool {
             guard pending.load(ordering: .acquiring) == 0 else { return false }
-            guard case .spin(let spin) = spinning.idle() else { return spinning.spin > .zero }
+            guard case .spin(let spin) = spinning.idle() else { return spinning.timesSleeps }
             spinCount.add(1, ordering: .relaxed)
             let deadline = ContinuousClock.now + spin
             var rounds = 0
