@@ -106,6 +106,14 @@ enum Migrations {
         // 9: on PostgreSQL, a commit notifies only when a journal follower wants it (see
         // there). Nothing changes here; the step keeps both engines' versions in step.
         ["SELECT 1"],
+        // 10: a todo's row may be written after the commit of its change (DeferredRows): each
+        // journal entry keeps its todo's row id, and `materialized` is the seq through which
+        // the rows hold every change (all of them, here). A build older than this one refuses
+        // the database, so none reads rows that the journal is ahead of.
+        [
+            "ALTER TABLE journal ADD COLUMN row_id INTEGER",
+            "INSERT INTO meta (key, value) SELECT 'materialized', value FROM meta WHERE key = 'head'",
+        ],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

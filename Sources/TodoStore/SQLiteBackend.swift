@@ -73,6 +73,7 @@ final class SQLiteBackend: StorageBackend {
         synchronousFull: Bool,
         walWriteBufferBytes: Int,
         cacheKiB: Int,
+        deferredTodos: Int,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
         thread: StoreThread,
@@ -96,7 +97,8 @@ final class SQLiteBackend: StorageBackend {
                     path: path,
                     synchronousFull: synchronousFull,
                     walWriteBufferBytes: walWriteBufferBytes,
-                    cacheKiB: cacheKiB
+                    cacheKiB: cacheKiB,
+                    deferredTodos: deferredTodos
                 )
             }
             opened.writer = writer
@@ -146,6 +148,37 @@ final class SQLiteBackend: StorageBackend {
                 version: Int64(row.column("version")?.integer ?? 0)
             )
             todos.append((Int64(rowID), todo))
+        }
+        // Changes whose rows were not written yet (DeferredRows) are in the journal after the
+        // watermark: each entry holds its whole todo, applied in seq order over the rows.
+        let watermarkRows = try await reader.rows("SELECT value FROM meta WHERE key = 'materialized'", [])
+        guard let watermarkText = watermarkRows.first?.column("value")?.string, let watermark = Int(watermarkText)
+        else { throw StoreError(message: "The journal has no watermark.") }
+        let changes = try await reader.rows(
+            "SELECT seq, payload, row_id FROM journal WHERE seq > ? ORDER BY seq",
+            [.integer(SQLiteInt64(watermark))]
+        )
+        if !changes.isEmpty {
+            var index: [UUID: Int] = [:]
+            for (position, entry) in todos.enumerated() { index[entry.todo.id] = position }
+            for row in changes {
+                guard let seq = row.column("seq")?.integer, var payload = row.column("payload")?.blob else {
+                    throw StoreError(message: "A journal entry after the watermark is damaged.")
+                }
+                let rowID = row.column("row_id")?.integer.map(Int64.init)
+                let todo = try DeferredRows.todo(
+                    inEntry: UInt64(seq),
+                    payload: payload.readBytes(length: payload.readableBytes) ?? [],
+                    rowID: rowID
+                )
+                let entry = (rowID: rowID ?? 0, todo: todo)
+                if let position = index[todo.id] {
+                    todos[position] = entry
+                } else {
+                    index[todo.id] = todos.count
+                    todos.append(entry)
+                }
+            }
         }
         let epochRows = try await reader.rows("SELECT value FROM meta WHERE key = 'epoch'", [])
         guard let epoch = epochRows.first?.column("value")?.string else {
@@ -283,11 +316,20 @@ final class SQLiteBackend: StorageBackend {
             return state.copy
         }
         await running?.value
+        // The rows still waiting are written, so that the next start applies no journal entry.
+        let writer = self.writer
+        let logger = self.logger
+        _ = try? await thread.perform {
+            do {
+                try writer.writeDeferred()
+            } catch {
+                logger.warning("rows not written at close", metadata: ["error": "\(error)"])
+            }
+        }
         // What is left in the WAL goes into the database file now, not on the next start.
         try? await checkpointer.exec("PRAGMA wal_checkpoint(TRUNCATE)")
         try? await checkpointer.close()
         try? await reader.close()
-        let writer = self.writer
         _ = try? await thread.perform { writer.close() }
     }
 }

@@ -8,11 +8,15 @@ import TodoApp
 extension GroupCommitStore {
     /// The SQLite writer's page cache unless configured, in KiB: SQLite's own default.
     public static let defaultSQLiteCacheKiB = 2000
+    /// Todos whose newest change may be in the journal only, unless configured (DeferredRows).
+    public static let defaultSQLiteDeferredTodos = 1_024
 
     /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
     /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that
     /// a batch and its commit run on one thread. `eventLoop` is where the journal reads of
-    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB.
+    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB. `deferredTodos`:
+    /// how many todos may have their newest change in the journal and not yet in their row (0:
+    /// each row is written with the commit of its change).
     ///
     /// Throws `StoreError` with a one-line message naming the directory when it cannot be
     /// created or written.
@@ -22,6 +26,7 @@ extension GroupCommitStore {
         synchronousFull: Bool = true,
         walWriteBufferBytes: Int = 1 << 20,
         cacheKiB: Int = defaultSQLiteCacheKiB,
+        deferredTodos: Int = defaultSQLiteDeferredTodos,
         threadPool: NIOThreadPool = .singleton,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         thread: StoreThread? = nil,
@@ -38,6 +43,7 @@ extension GroupCommitStore {
                 synchronousFull: synchronousFull,
                 walWriteBufferBytes: walWriteBufferBytes,
                 cacheKiB: cacheKiB,
+                deferredTodos: deferredTodos,
                 threadPool: threadPool,
                 eventLoop: eventLoop,
                 thread: thread,

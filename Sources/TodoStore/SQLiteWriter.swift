@@ -16,6 +16,14 @@ final class SQLiteWriter: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var statements: Statements?
     private let frames = WALFrames()
+    /// The todos whose newest change is in the journal and not yet in their row.
+    private var deferred: DeferredRows
+    /// Whether `deferred` is what the database holds. Not at open (a crash may have left
+    /// changes in the journal only), nor after a failed commit (it noted a batch that was not
+    /// stored): it is then read back from the journal before the next commit.
+    private var deferredKnown = false
+    /// The journal's head as of the last commit (or read back with `deferred`).
+    private var head: UInt64 = 0
 
     /// The WAL's size in frames as of the last commit (SQLite's WAL hook sets it).
     var walFrames: Int { frames.count.load(ordering: .relaxed) }
@@ -31,11 +39,17 @@ final class SQLiteWriter: @unchecked Sendable {
         let saveTodo: OpaquePointer
         let appendEntry: OpaquePointer
         let moveHead: OpaquePointer
+        let moveWatermark: OpaquePointer
         let pruneBefore: OpaquePointer
         let pruneOlder: OpaquePointer
+        let readMeta: OpaquePointer
+        let readAfter: OpaquePointer
 
         var all: [OpaquePointer] {
-            [begin, commit, rollback, saveTodo, appendEntry, moveHead, pruneBefore, pruneOlder]
+            [
+                begin, commit, rollback, saveTodo, appendEntry, moveHead, moveWatermark, pruneBefore, pruneOlder,
+                readMeta, readAfter,
+            ]
         }
     }
 
@@ -55,20 +69,24 @@ final class SQLiteWriter: @unchecked Sendable {
     /// SQLite copies text and blobs bound with this destructor before the call returns.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-    private init(handle: OpaquePointer) {
+    private init(handle: OpaquePointer, deferredTodos: Int) {
         self.handle = handle
+        self.deferred = DeferredRows(limit: deferredTodos)
     }
 
     /// Opens the database at `path` (which migrations have prepared) for writing. The writer
     /// never checkpoints (`wal_autocheckpoint=0`): `SQLiteBackend` does, on a connection of
     /// its own. With `synchronousFull`, a commit's WAL frames are gathered into writes of up
     /// to `walWriteBufferBytes` (`SQLiteDataSyncVFS`; zero: none).
-    /// `cacheKiB`: the connection's page cache (`PRAGMA cache_size`), in KiB.
+    /// `cacheKiB`: the connection's page cache (`PRAGMA cache_size`), in KiB. `deferredTodos`:
+    /// how many todos may have their newest change in the journal only (`DeferredRows`); 0
+    /// writes every todo's row with the commit of its change.
     static func open(
         path: String,
         synchronousFull: Bool,
         walWriteBufferBytes: Int = 0,
-        cacheKiB: Int = GroupCommitStore.defaultSQLiteCacheKiB
+        cacheKiB: Int = GroupCommitStore.defaultSQLiteCacheKiB,
+        deferredTodos: Int = 0
     ) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
@@ -82,7 +100,7 @@ final class SQLiteWriter: @unchecked Sendable {
             if let handle { sqlite_nio_sqlite3_close_v2(handle) }
             throw Failure(code: opened, message: message)
         }
-        let writer = SQLiteWriter(handle: handle)
+        let writer = SQLiteWriter(handle: handle, deferredTodos: deferredTodos)
         do {
             // A lock held by another connection (a reader's snapshot never blocks a WAL writer;
             // this is for anything else) fails the commit after this long, not never.
@@ -128,11 +146,19 @@ final class SQLiteWriter: @unchecked Sendable {
                     """
                 ),
                 appendEntry: try writer.prepare(
-                    "INSERT INTO journal (seq, type, payload, recorded_at, mid) VALUES (?1, ?2, ?3, ?4, ?5)"
+                    "INSERT INTO journal (seq, type, payload, recorded_at, mid, row_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
                 ),
                 moveHead: try writer.prepare("UPDATE meta SET value = CAST(?1 AS TEXT) WHERE key = 'head'"),
-                pruneBefore: try writer.prepare("DELETE FROM journal WHERE seq < ?1"),
-                pruneOlder: try writer.prepare("DELETE FROM journal WHERE recorded_at < ?1")
+                moveWatermark: try writer.prepare(
+                    "UPDATE meta SET value = CAST(?1 AS TEXT) WHERE key = 'materialized'"
+                ),
+                // Never past the watermark: an entry whose change is not in its row yet stays.
+                pruneBefore: try writer.prepare("DELETE FROM journal WHERE seq < ?1 AND seq <= ?2"),
+                pruneOlder: try writer.prepare("DELETE FROM journal WHERE recorded_at < ?1 AND seq <= ?2"),
+                readMeta: try writer.prepare("SELECT value FROM meta WHERE key = ?1"),
+                readAfter: try writer.prepare(
+                    "SELECT seq, payload, row_id, recorded_at FROM journal WHERE seq > ?1 ORDER BY seq"
+                )
             )
         } catch {
             writer.close()
@@ -141,28 +167,25 @@ final class SQLiteWriter: @unchecked Sendable {
         return writer
     }
 
-    /// Commits the batch in one transaction: each todo saved, each journal entry appended
-    /// (recorded at `recordedAt`), the head moved to the last entry's seq, and with `prune` the
-    /// journal entries it names dropped. Durable when it returns; on a throw nothing of it is
-    /// stored.
+    /// Commits the batch in one transaction: each journal entry appended (recorded at
+    /// `recordedAt`, with its todo's row id), the rows of the todos that `DeferredRows` says are
+    /// due saved, the head moved to the last entry's seq and the watermark to what the rows
+    /// hold, and with `prune` the journal entries it names dropped (none past the watermark).
+    /// Durable when it returns; on a throw nothing of it is stored.
     func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         guard let last = batch.last else { return }
-        try run(statements.begin)
-        do {
+        if !deferredKnown { try readDeferred() }
+        // Noted before the transaction; a failure below makes the next commit read it back.
+        deferredKnown = false
+        for record in batch {
+            deferred.changed(record.todo, rowID: record.rowID, seq: record.entry.seq, recordedAt: recordedAt)
+        }
+        let newHead = last.entry.seq
+        let due = deferred.takeDue(head: newHead, prune: prune)
+        let watermark = deferred.watermark(head: newHead)
+        try transaction(statements) {
             for record in batch {
-                let todo = record.todo
-                let save = statements.saveTodo
-                try bind(save, 1, id: todo.id)
-                try bind(save, 2, record.rowID)
-                try bind(save, 3, todo.createdAt.millisecondsSince1970)
-                try bind(save, 4, todo.title)
-                try bind(save, 5, todo.subtitle)
-                try bind(save, 6, todo.priority.rawValue)
-                try bind(save, 7, todo.completedAt?.millisecondsSince1970)
-                try bind(save, 8, todo.deleted ? 1 : 0)
-                try bind(save, 9, Int64(todo.version))
-                try run(save)
                 let entry = record.entry
                 let append = statements.appendEntry
                 try bind(append, 1, Int64(entry.seq))
@@ -170,19 +193,52 @@ final class SQLiteWriter: @unchecked Sendable {
                 try bind(append, 3, bytes: entry.payload)
                 try bind(append, 4, recordedAt)
                 try bind(append, 5, entry.mid)
+                try bind(append, 6, record.rowID)
                 try run(append)
             }
-            try bind(statements.moveHead, 1, Int64(last.entry.seq))
+            for row in due { try save(row.todo, rowID: row.rowID, statements) }
+            try bind(statements.moveHead, 1, Int64(newHead))
             try run(statements.moveHead)
+            try bind(statements.moveWatermark, 1, Int64(watermark))
+            try run(statements.moveWatermark)
             if let prune {
                 // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
                 try bind(statements.pruneBefore, 1, Int64(prune.keepFrom))
+                try bind(statements.pruneBefore, 2, Int64(watermark))
                 try run(statements.pruneBefore)
                 if let cutoff = prune.cutoff {
                     try bind(statements.pruneOlder, 1, cutoff)
+                    try bind(statements.pruneOlder, 2, Int64(watermark))
                     try run(statements.pruneOlder)
                 }
             }
+        }
+        head = newHead
+        deferredKnown = true
+    }
+
+    /// Saves every todo still waiting for its row, and moves the watermark to the head: the
+    /// store is closing, and the next start then has no journal entry to apply.
+    func writeDeferred() throws {
+        guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        if !deferredKnown { try readDeferred() }
+        guard !deferred.isEmpty else { return }
+        deferredKnown = false
+        let rows = deferred.takeAll()
+        try transaction(statements) {
+            for row in rows { try save(row.todo, rowID: row.rowID, statements) }
+            try bind(statements.moveWatermark, 1, Int64(head))
+            try run(statements.moveWatermark)
+        }
+        deferredKnown = true
+    }
+
+    /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is
+    /// stored.
+    private func transaction(_ statements: Statements, _ body: () throws -> Void) throws {
+        try run(statements.begin)
+        do {
+            try body()
             try run(statements.commit)
         } catch {
             // A failed COMMIT may have rolled back already (then SQLite is in autocommit).
@@ -191,6 +247,80 @@ final class SQLiteWriter: @unchecked Sendable {
             }
             throw error
         }
+    }
+
+    /// Todos waiting for their row now.
+    var deferredCount: Int { deferred.rows.count }
+
+    private func save(_ todo: Todo, rowID: Int64, _ statements: Statements) throws {
+        let save = statements.saveTodo
+        try bind(save, 1, id: todo.id)
+        try bind(save, 2, rowID)
+        try bind(save, 3, todo.createdAt.millisecondsSince1970)
+        try bind(save, 4, todo.title)
+        try bind(save, 5, todo.subtitle)
+        try bind(save, 6, todo.priority.rawValue)
+        try bind(save, 7, todo.completedAt?.millisecondsSince1970)
+        try bind(save, 8, todo.deleted ? 1 : 0)
+        try bind(save, 9, Int64(todo.version))
+        try run(save)
+    }
+
+    /// Reads back what waits for its row: the journal's entries after the watermark, as the
+    /// database holds them (`DeferredRows` starts over from them).
+    private func readDeferred() throws {
+        guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        let storedHead = try readMeta("head", statements)
+        let watermark = try readMeta("materialized", statements)
+        var rebuilt = DeferredRows(limit: deferred.limit)
+        let read = statements.readAfter
+        defer {
+            sqlite_nio_sqlite3_reset(read)
+            sqlite_nio_sqlite3_clear_bindings(read)
+        }
+        try bind(read, 1, Int64(watermark))
+        while true {
+            let stepped = sqlite_nio_sqlite3_step(read)
+            if stepped == SQLITE_DONE { break }
+            guard stepped == SQLITE_ROW else { throw failure(stepped) }
+            let seq = UInt64(sqlite_nio_sqlite3_column_int64(read, 0))
+            let count = Int(sqlite_nio_sqlite3_column_bytes(read, 1))
+            let payload: [UInt8] =
+                sqlite_nio_sqlite3_column_blob(read, 1).map { pointer in
+                    Array(UnsafeRawBufferPointer(start: pointer, count: count))
+                } ?? []
+            let rowID: Int64? =
+                sqlite_nio_sqlite3_column_type(read, 2) == SQLITE_NULL ? nil : sqlite_nio_sqlite3_column_int64(read, 2)
+            let todo: Todo
+            do {
+                todo = try DeferredRows.todo(inEntry: seq, payload: payload, rowID: rowID)
+            } catch {
+                throw Failure(code: SQLITE_CORRUPT, message: error.message)
+            }
+            // `todo(inEntry:)` checked the row id.
+            rebuilt.changed(todo, rowID: rowID ?? 0, seq: seq, recordedAt: sqlite_nio_sqlite3_column_int64(read, 3))
+        }
+        deferred = rebuilt
+        head = storedHead
+        deferredKnown = true
+    }
+
+    private func readMeta(_ key: String, _ statements: Statements) throws -> UInt64 {
+        let read = statements.readMeta
+        defer {
+            sqlite_nio_sqlite3_reset(read)
+            sqlite_nio_sqlite3_clear_bindings(read)
+        }
+        try bind(read, 1, key)
+        let stepped = sqlite_nio_sqlite3_step(read)
+        guard stepped == SQLITE_ROW else {
+            if stepped == SQLITE_DONE { throw Failure(code: SQLITE_CORRUPT, message: "the journal has no \(key)") }
+            throw failure(stepped)
+        }
+        guard let text = sqlite_nio_sqlite3_column_text(read, 0), let value = UInt64(String(cString: text)) else {
+            throw Failure(code: SQLITE_CORRUPT, message: "the journal's \(key) is not a number")
+        }
+        return value
     }
 
     /// Copies the WAL into the database file on this connection, between two commits (a

@@ -97,6 +97,8 @@ struct DaemonOptions: Sendable {
     var walWriteBufferBytes = 1 << 20
     /// SQLite: the writer's page cache, in KiB.
     var sqliteCacheKiB = GroupCommitStore.defaultSQLiteCacheKiB
+    /// SQLite: todos whose newest change may be in the journal only (0: none).
+    var sqliteDeferredTodos = GroupCommitStore.defaultSQLiteDeferredTodos
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
     var environment: [String: String] = ProcessInfo.processInfo.environment
 
@@ -434,6 +436,7 @@ final class Daemon: Sendable {
                     synchronousFull: options.synchronousFull,
                     walWriteBufferBytes: options.walWriteBufferBytes,
                     cacheKiB: options.sqliteCacheKiB,
+                    deferredTodos: options.sqliteDeferredTodos,
                     eventLoop: group.next(),
                     thread: thread,
                     logger: logger

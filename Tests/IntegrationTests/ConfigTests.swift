@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Relay
 import Testing
+import TodoStore
 
 @testable import todostreamd
 
@@ -127,6 +128,9 @@ import Glibc
         #expect((try? resolve(nil))?.sqliteCacheKiB == 2000)
         #expect((try? resolve("store:\n  sqlite_cache_kib: 512\n"))?.sqliteCacheKiB == 512)
         #expect(message("store:\n  sqlite_cache_kib: 63\n")?.contains("store.sqlite_cache_kib") == true)
+        #expect((try? resolve("store:\n  sqlite_deferred_todos: 0\n"))?.sqliteDeferredTodos == 0)
+        #expect((try? resolve(""))?.sqliteDeferredTodos == GroupCommitStore.defaultSQLiteDeferredTodos)
+        #expect(message("store:\n  sqlite_deferred_todos: -1\n")?.contains("store.sqlite_deferred_todos") == true)
         #expect(message("limits:\n  max_frame_bytes: +1000\n") == nil)
         #expect(message("listen:\n  http: off\ntls:\n  dev: Yes\n") == nil, "YAML 1.1 booleans still read")
         #expect(message("limits:\n  max_frame_bytes: \"1000\"\n")?.contains("whole number") == true, "quoted is text")

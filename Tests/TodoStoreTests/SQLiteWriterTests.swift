@@ -219,6 +219,174 @@ import Testing
         try await reader.close()
         try await thread.perform { writer.close() }
     }
+
+    // MARK: Rows that wait (DeferredRows)
+
+    /// A migrated database, and a writer on it whose todos may wait for their rows.
+    private func openDeferring(
+        _ thread: StoreThread,
+        limit: Int
+    ) async throws -> (SQLiteWriter, SQLiteConnection, String) {
+        let (plain, reader, directory) = try await open(thread)
+        try await thread.perform { plain.close() }
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let writer = try await thread.perform {
+            try SQLiteWriter.open(path: path, synchronousFull: true, deferredTodos: limit)
+        }
+        return (writer, reader, directory)
+    }
+
+    private func meta(_ key: String, _ reader: SQLiteConnection) async throws -> String? {
+        try await reader.rows("SELECT value FROM meta WHERE key = ?", [.text(key)]).first?.column("value")?.string
+    }
+
+    private func titles(_ reader: SQLiteConnection) async throws -> [String?] {
+        try await reader.rows("SELECT title FROM todos ORDER BY seq_no", []).map { $0.column("title")?.string }
+    }
+
+    @Test func rowsWaitInTheJournalUntilDueAndTheWatermarkSaysHowFarTheTableGoes() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await openDeferring(thread, limit: 2)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        let first = Todo(createdAt: created, title: "t1", version: 1)
+        let second = Todo(createdAt: created, title: "t2", version: 1)
+        let third = Todo(createdAt: created, title: "t3", version: 1)
+        try await thread.perform {
+            try writer.commit(
+                [self.record(seq: 1, rowID: 1, todo: first), self.record(seq: 2, rowID: 2, todo: second)],
+                recordedAt: 1,
+                prune: nil
+            )
+        }
+        // Both wait: the journal holds them, with their row ids; the rows hold nothing yet.
+        #expect(try await titles(reader).isEmpty)
+        #expect(try await meta("head", reader) == "2")
+        #expect(try await meta("materialized", reader) == "0")
+        let rowIDs = try await reader.rows("SELECT row_id FROM journal ORDER BY seq", [])
+        #expect(rowIDs.map { $0.column("row_id")?.integer } == [1, 2])
+
+        // A third todo passes the limit: the oldest waiting (t1, with its newest change) is written.
+        let edited = Todo(id: first.id, createdAt: created, title: "t1 edited", version: 2)
+        try await thread.perform {
+            try writer.commit(
+                [self.record(seq: 3, rowID: 1, todo: edited), self.record(seq: 4, rowID: 3, todo: third)],
+                recordedAt: 2,
+                prune: nil
+            )
+        }
+        #expect(try await titles(reader) == ["t1 edited"])
+        #expect(try await meta("materialized", reader) == "1")
+        #expect(try await thread.perform { writer.deferredCount } == 2)
+
+        // Closing writes the rest, and the watermark reaches the head.
+        try await thread.perform { try writer.writeDeferred() }
+        #expect(try await titles(reader) == ["t1 edited", "t2", "t3"])
+        #expect(try await meta("materialized", reader) == "4")
+        #expect(try await thread.perform { writer.deferredCount } == 0)
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
+
+    /// A writer that stops without writing what waits (kill -9): the store that opens the
+    /// database next applies the journal after the watermark, and its own writer reads back what
+    /// waits, so the next commits move the watermark on from there.
+    @Test func theNextStoreAppliesTheJournalAfterTheWatermarkToTheRows() async throws {
+        let thread = StoreThread()
+        let (writer, reader, directory) = try await openDeferring(thread, limit: 100)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        let first = Todo(createdAt: created, title: "first", version: 1)
+        let second = Todo(createdAt: created, title: "second", subtitle: "s", version: 1)
+        let done = Todo(id: first.id, createdAt: created, title: "first", completedAt: created, version: 2)
+        try await thread.perform {
+            try writer.commit(
+                [self.record(seq: 1, rowID: 1, todo: first), self.record(seq: 2, rowID: 2, todo: second)],
+                recordedAt: 1,
+                prune: nil
+            )
+            try writer.commit([self.record(seq: 3, rowID: 1, todo: done)], recordedAt: 2, prune: nil)
+        }
+        try await thread.perform { writer.close() }
+        #expect(try await titles(reader).isEmpty)
+
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        // Newest first, the later row first among todos created together.
+        #expect(try await store.readTodos(id: nil) == [second, done])
+        #expect(try await store.position().head == 3)
+        var renamed = second
+        renamed.title = "second, renamed"
+        renamed.version = 2
+        let saved = try await store.write(
+            TodoWrite(id: second.id, expectedVersion: 1, change: .update(TodoEdit(title: "second, renamed")))
+        ).get()
+        #expect(saved.seq == 4)
+        #expect(saved.todo == renamed)
+        await store.close()
+        // Closed in order: every row written, and nothing after the watermark.
+        #expect(try await titles(reader) == ["first", "second, renamed"])
+        #expect(try await meta("materialized", reader) == "4")
+        let reopened = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await reopened.readTodos(id: nil) == [renamed, done])
+        await reopened.close()
+        try await reader.close()
+    }
+
+    /// A failed commit noted its batch as waiting: the next commit reads back what the database
+    /// holds, so the failed batch's todos are never written.
+    @Test func afterAFailedCommitOnlyWhatWasStoredIsWritten() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await openDeferring(thread, limit: 100)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        let kept = Todo(createdAt: created, title: "kept", version: 1)
+        let lost = Todo(createdAt: created, title: "lost", version: 1)
+        let edited = Todo(id: kept.id, createdAt: created, title: "edited", version: 2)
+        try await thread.perform {
+            try writer.commit([self.record(seq: 1, rowID: 1, todo: kept)], recordedAt: 1, prune: nil)
+        }
+        await #expect(throws: SQLiteWriter.Failure.self) {
+            try await thread.perform {
+                try writer.commit(
+                    [self.record(seq: 2, rowID: 2, todo: lost), self.record(seq: 1, rowID: 1, todo: edited)],
+                    recordedAt: 2,
+                    prune: nil
+                )
+            }
+        }
+        let other = Todo(createdAt: created, title: "other", version: 1)
+        try await thread.perform {
+            try writer.commit([self.record(seq: 2, rowID: 2, todo: other)], recordedAt: 3, prune: nil)
+            try writer.writeDeferred()
+        }
+        #expect(try await titles(reader) == ["kept", "other"])
+        #expect(try await meta("materialized", reader) == "2")
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
+
+    /// A prune never drops the entry of a change that its row does not hold yet: the todos
+    /// whose entries it drops are written in the same commit first.
+    @Test func aPruneWritesTheRowsWhoseEntriesItDrops() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await openDeferring(thread, limit: 100)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        for seq in UInt64(1)...5 {
+            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
+            try await thread.perform {
+                try writer.commit([self.record(seq: seq, rowID: Int64(seq), todo: todo)], recordedAt: 1, prune: nil)
+            }
+        }
+        #expect(try await titles(reader).isEmpty)
+        let todo = Todo(createdAt: created, title: "t6", version: 1)
+        let prune = JournalPrune(head: 6, retention: JournalRetention(maxEntries: 3, maxAgeSeconds: 0), now: 6)
+        try await thread.perform {
+            try writer.commit([self.record(seq: 6, rowID: 6, todo: todo)], recordedAt: 6, prune: prune)
+        }
+        #expect(try await titles(reader) == ["t1", "t2", "t3"])
+        #expect(try await meta("materialized", reader) == "3")
+        let seqs = try await reader.rows("SELECT seq FROM journal ORDER BY seq", [])
+        #expect(seqs.map { $0.column("seq")?.integer } == [4, 5, 6])
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
 }
 
 @Suite struct StoreThreadTests {
