@@ -139,6 +139,33 @@ public struct TodoWireCodec: EventCodec {
         return writer.bytes
     }
 
+    /// The payload of the detail view model of `todo` (byte for byte what `encodeBody` writes
+    /// for a `ResponseUpdateDetailViewModel` of it), made from `row`, the todo's list row
+    /// (`rowJSON(for: todo)`: a saved todo's broadcast payload). Both begin with the todo and
+    /// its title, so that part, the todo's text included, is copied rather than written again
+    /// with every byte looked at for escapes. Nil when `row` does not end as the list row of
+    /// `todo` does.
+    public static func detailPayload(for todo: Todo, row: [UInt8]) -> [UInt8]? {
+        var rowEnd = JSONWriter(capacity: 128)
+        rowEnd.beginObject()
+        rowEnd.writeAfterTitle(TodoViewModel(todo: todo))
+        rowEnd.endObject()
+        // In the row, the same fields follow the title after a comma, not an opening brace.
+        let end = rowEnd.bytes
+        let cut = row.count - end.count
+        guard cut > 0, row[cut] == UInt8(ascii: ","), row[(cut + 1)...].elementsEqual(end[1...]) else { return nil }
+        var detailEnd = JSONWriter(capacity: todo.subtitle.utf8.count + 256)
+        detailEnd.beginObject()
+        detailEnd.writeAfterTitle(TodoDetailViewModel(todo: todo))
+        detailEnd.endObject()
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(cut + detailEnd.bytes.count)
+        bytes.append(contentsOf: row[..<cut])
+        bytes.append(UInt8(ascii: ","))
+        bytes.append(contentsOf: detailEnd.bytes[1...])
+        return bytes
+    }
+
     /// The todo inside a journaled broadcast's payload (a TodoViewModel, as `broadcastRecord`
     /// writes it); nil when the bytes are not one. Used to answer a duplicate write.
     public static func todo(inBroadcastPayload payload: [UInt8]) -> Todo? {
@@ -396,11 +423,17 @@ extension JSONWriter {
         key("todo")
         write(viewModel.todo)
         field("title", viewModel.title)
+        writeAfterTitle(viewModel)
+        endObject()
+    }
+
+    /// A list row's fields after its title; a detail view model shares what comes before
+    /// (`TodoWireCodec.detailPayload`).
+    mutating func writeAfterTitle(_ viewModel: TodoViewModel) {
         field("subtitle", viewModel.subtitle)
         field("complete", viewModel.complete)
         field("deleted", viewModel.deleted)
         field("completeActionTitle", viewModel.completeActionTitle)
-        endObject()
     }
 
     mutating func write(_ detail: TodoDetailViewModel) {
@@ -408,6 +441,12 @@ extension JSONWriter {
         key("todo")
         write(detail.todo)
         field("title", detail.title)
+        writeAfterTitle(detail)
+        endObject()
+    }
+
+    /// A detail view model's fields after its title.
+    mutating func writeAfterTitle(_ detail: TodoDetailViewModel) {
         field("subtitle", detail.subtitle)
         field("priority", detail.priority.rawValue)
         field("completed", detail.completed)
@@ -415,7 +454,6 @@ extension JSONWriter {
         field("completedString", detail.completedString)
         field("priorityString", detail.priorityString)
         field("deletedString", detail.deletedString)
-        endObject()
     }
 
     mutating func write(_ error: AppError) {

@@ -75,7 +75,11 @@ public struct ViewModelServer: EventServer {
             switch (write.change, result) {
             case (.update, .success(let saved)):
                 return [
-                    Emission(.responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))), .reply),
+                    Emission(
+                        .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))),
+                        .reply,
+                        encodedPayload: Self.detailPayload(saved)
+                    ),
                     Emission(
                         .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
                         .broadcast(seq: saved.seq),
@@ -103,6 +107,12 @@ public struct ViewModelServer: EventServer {
         }
     }
 
+    /// A save's answer, made from the broadcast's payload (the saved todo's list row) when
+    /// there is one: the two share the todo's text, encoded once (`TodoWireCodec.detailPayload`).
+    private static func detailPayload(_ saved: SavedTodo) -> [UInt8]? {
+        saved.broadcastPayload.flatMap { TodoWireCodec.detailPayload(for: saved.todo, row: $0) }
+    }
+
     private func write(_ reference: TodoReference, _ change: TodoChange, mid: String?) -> Emission<Event> {
         Emission(
             .requestWriteTodo(
@@ -122,6 +132,7 @@ public struct ViewModelServer: EventServer {
             return Emission(
                 .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))),
                 .reply,
+                encodedPayload: Self.detailPayload(saved),
                 mark: mark
             )
         }

@@ -125,6 +125,30 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         )
         #expect(update.map(\.event.name) == ["ResponseUpdateDetailViewModel", "ResponseTodoViewModel"])
         #expect(update.map(\.scope) == [.reply, .broadcast(seq: 42)])
+        #expect(update.first?.encodedPayload == nil, "no broadcast payload to make the answer from")
+    }
+
+    /// A save's answer is made from its broadcast's payload (the two share the todo's text):
+    /// the bytes the codec writes for it, encoded without writing the todo again.
+    @Test func aSavesAnswerIsMadeFromItsBroadcastsPayload() {
+        let todo = stored(4)
+        let row = TodoWireCodec.rowJSON(for: todo)
+        let saved = SavedTodo(todo: todo, seq: 42, broadcastPayload: row)
+        let update = server.handle(
+            .responseTodo(TodoWrite(id: todo.id, expectedVersion: nil, change: .update(TodoEdit())), .success(saved))
+        )
+        let answer = TodoWireCodec().encodeBody(
+            .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: todo)))
+        )
+        #expect(update.map(\.encodedPayload).map { $0.map(EncodedBody.payload) } == [answer, .payload(row)])
+        // A save already applied (its mid seen) is answered the same way.
+        let again = server.handle(
+            .responseTodo(
+                TodoWrite(id: todo.id, expectedVersion: nil, change: .update(TodoEdit()), mid: "m"),
+                .success(SavedTodo(todo: todo, seq: 42, broadcastPayload: row, duplicate: true))
+            )
+        )
+        #expect(again.map(\.encodedPayload).map { $0.map(EncodedBody.payload) } == [answer])
     }
 
     @Test func failedWritesAreRepliesOnly() async {

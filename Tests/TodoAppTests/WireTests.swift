@@ -120,6 +120,46 @@ import Testing
         }
     }
 
+    /// A save's answer made from its broadcast's payload is byte for byte the one written
+    /// from the todo, whatever the text holds; from the row of another state of the todo, none
+    /// is made.
+    @Test func aDetailMadeFromTheRowIsTheDetailWrittenInFull() throws {
+        let texts = [
+            "", "plain", "Buy \"milk\"", "line\nbreak\t\\", "ünïcode ✓", "\u{0}\u{1F}",
+            String(repeating: "x", count: 400),
+        ]
+        var checked = 0
+        for (index, title) in texts.enumerated() {
+            for subtitle in texts {
+                let todo = Todo(
+                    createdAt: Timestamp(millisecondsSince1970: 1_763_752_748_704 + Int64(index)),
+                    title: title,
+                    subtitle: subtitle,
+                    priority: TodoPriority.allCases[index % TodoPriority.allCases.count],
+                    completedAt: index % 2 == 0 ? nil : Timestamp(millisecondsSince1970: 1_763_752_749_001),
+                    deleted: index % 3 == 0,
+                    version: index + 1
+                )
+                let written = TodoWireCodec().encodeBody(
+                    .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: todo)))
+                )
+                let made = try #require(TodoWireCodec.detailPayload(for: todo, row: TodoWireCodec.rowJSON(for: todo)))
+                #expect(
+                    written == .payload(made),
+                    "title \(title.debugDescription), subtitle \(subtitle.debugDescription)"
+                )
+                checked += 1
+            }
+        }
+        #expect(checked == texts.count * texts.count)
+        let todo = Todo(createdAt: Timestamp(millisecondsSince1970: 0), title: "t", version: 1)
+        var done = todo
+        done.completedAt = Timestamp(millisecondsSince1970: 5)
+        #expect(TodoWireCodec.detailPayload(for: done, row: TodoWireCodec.rowJSON(for: todo)) == nil)
+        #expect(TodoWireCodec.detailPayload(for: todo, row: Array("{}".utf8)) == nil)
+        #expect(TodoWireCodec.detailPayload(for: todo, row: []) == nil)
+    }
+
     @Test func aJournaledBroadcastReadsBackAsTheTodoItWasWrittenFrom() {
         for todo in [
             Todo(createdAt: Timestamp(millisecondsSince1970: 1_763_752_748_704), title: "Buy \"milk\"", version: 4),
