@@ -33,9 +33,10 @@ struct DeferredRows {
     let maxLag: UInt64
 
     private(set) var rows: [UUID: Row] = [:]
-    /// The waiting todos, oldest change first; an entry whose todo was written since (or waits
-    /// again from a newer change) is skipped when reached.
-    private var order: [(id: UUID, since: UInt64)] = []
+    /// The waiting todos, oldest change first: `order[front...]` holds each key of `rows` once
+    /// (a row is taken only at the front, and a todo changed again while it waits keeps its
+    /// place).
+    private var order: [UUID] = []
     private var front = 0
 
     /// Entries of the journal a todo may wait for, per todo that may wait.
@@ -59,7 +60,7 @@ struct DeferredRows {
             rows[todo.id] = row
         } else {
             rows[todo.id] = Row(rowID: rowID, todo: todo, since: seq, sinceRecordedAt: recordedAt)
-            order.append((todo.id, seq))
+            order.append(todo.id)
         }
     }
 
@@ -67,7 +68,7 @@ struct DeferredRows {
     /// limit, waiting longer than `maxLag`, or holding a journal entry that `prune` drops.
     mutating func takeDue(head: UInt64, prune: JournalPrune?) -> [Row] {
         var due: [Row] = []
-        while let oldest = nextWaiting() {
+        while let oldest {
             let blocksPrune =
                 prune.map { prune in
                     oldest.since < prune.keepFrom || prune.cutoff.map { oldest.sinceRecordedAt < $0 } ?? false
@@ -84,7 +85,7 @@ struct DeferredRows {
     /// Takes every waiting row (oldest first): the store is closing.
     mutating func takeAll() -> [Row] {
         var all: [Row] = []
-        while let oldest = nextWaiting() {
+        while let oldest {
             rows[oldest.todo.id] = nil
             front += 1
             all.append(oldest)
@@ -94,20 +95,16 @@ struct DeferredRows {
     }
 
     /// Every journal entry up to this seq is in the table, for a journal whose head is `head`.
-    mutating func watermark(head: UInt64) -> UInt64 {
-        guard let oldest = nextWaiting() else { return head }
+    func watermark(head: UInt64) -> UInt64 {
+        guard let oldest else { return head }
         return oldest.since - 1
     }
 
-    /// The oldest waiting row (stale entries of `order` dropped on the way).
-    private mutating func nextWaiting() -> Row? {
-        while front < order.count {
-            let entry = order[front]
-            if let row = rows[entry.id], row.since == entry.since { return row }
-            front += 1
-        }
-        return nil
-    }
+    /// The row waiting longest.
+    private var oldest: Row? { front < order.count ? rows[order[front]] : nil }
+
+    /// The waiting rows, oldest change first.
+    var waiting: [Row] { order[front...].compactMap { rows[$0] } }
 
     /// The todo that the journal entry `seq` holds, for a restart that applies it to the table:
     /// its payload is the todo's list row, and `rowID` its row id (nil only in entries from

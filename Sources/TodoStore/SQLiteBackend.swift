@@ -150,32 +150,19 @@ final class SQLiteBackend: StorageBackend {
             todos.append((Int64(rowID), todo))
         }
         // Changes whose rows were not written yet (DeferredRows) are in the journal after the
-        // watermark: each entry holds its whole todo, applied in seq order over the rows.
-        let watermarkRows = try await reader.rows("SELECT value FROM meta WHERE key = 'materialized'", [])
-        guard let watermarkText = watermarkRows.first?.column("value")?.string, let watermark = Int(watermarkText)
-        else { throw StoreError(message: "The journal has no watermark.") }
-        let changes = try await reader.rows(
-            "SELECT seq, payload, row_id FROM journal WHERE seq > ? ORDER BY seq",
-            [.integer(SQLiteInt64(watermark))]
-        )
-        if !changes.isEmpty {
+        // watermark: the writer reads them back (it needs them for its commits too), and each
+        // waiting todo's newest change replaces its row.
+        let writer = self.writer
+        let waiting = try await thread.perform { try writer.waitingRows() }
+        if !waiting.isEmpty {
             var index: [UUID: Int] = [:]
             for (position, entry) in todos.enumerated() { index[entry.todo.id] = position }
-            for row in changes {
-                guard let seq = row.column("seq")?.integer, var payload = row.column("payload")?.blob else {
-                    throw StoreError(message: "A journal entry after the watermark is damaged.")
-                }
-                let rowID = row.column("row_id")?.integer.map(Int64.init)
-                let todo = try DeferredRows.todo(
-                    inEntry: UInt64(seq),
-                    payload: payload.readBytes(length: payload.readableBytes) ?? [],
-                    rowID: rowID
-                )
-                let entry = (rowID: rowID ?? 0, todo: todo)
-                if let position = index[todo.id] {
+            for row in waiting {
+                let entry = (rowID: row.rowID, todo: row.todo)
+                if let position = index[row.todo.id] {
                     todos[position] = entry
                 } else {
-                    index[todo.id] = todos.count
+                    index[row.todo.id] = todos.count
                     todos.append(entry)
                 }
             }

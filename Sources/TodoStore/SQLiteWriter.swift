@@ -252,6 +252,13 @@ final class SQLiteWriter: @unchecked Sendable {
     /// Todos waiting for their row now.
     var deferredCount: Int { deferred.rows.count }
 
+    /// The todos whose newest change is in the journal and not in their row (oldest change
+    /// first), as the database holds them: what a store that opens it applies to the rows.
+    func waitingRows() throws -> [DeferredRows.Row] {
+        if !deferredKnown { try readDeferred() }
+        return deferred.waiting
+    }
+
     private func save(_ todo: Todo, rowID: Int64, _ statements: Statements) throws {
         let save = statements.saveTodo
         try bind(save, 1, id: todo.id)
