@@ -61,8 +61,8 @@ struct CommonOptions: ParsableArguments {
 
     var endpoint: Endpoint { Endpoint(target: target, host: host, port: port, transport: transport) }
 
-    func settings(todoID: String = "", subject: String = "bench") -> ConnectionSettings {
-        ConnectionSettings(payloadBytes: payloadBytes, subject: subject, todoID: todoID)
+    func settings(todoIDs: [String] = [], subject: String = "bench") -> ConnectionSettings {
+        ConnectionSettings(payloadBytes: payloadBytes, subject: subject, todoIDs: todoIDs)
     }
 
     /// The report's opening fields.

@@ -7,7 +7,7 @@ import NIOCore
 /// error did.
 final class DaemonConnection: LineConnection {
     private var seqBase: UInt64 = 0
-    private lazy var writer = DaemonRequestWriter(todoID: settings.todoID, subtitleBytes: settings.payloadBytes)
+    private lazy var writer = DaemonRequestWriter(todoIDs: settings.todoIDs, subtitleBytes: settings.payloadBytes)
     private lazy var schedule = RequestSchedule(publish: settings.publish, offset: settings.client * 37)
 
     /// A request sent and not yet answered.
@@ -23,6 +23,14 @@ final class DaemonConnection: LineConnection {
     /// The publisher's request ids (its fan-out messages are numbered apart: with --publish
     /// mixed, reads go between them).
     private var lastWireID: UInt64 = 0
+
+    /// The todo (index into `settings.todoIDs`) of the last request sent.
+    private var todo = 0
+    /// Creations of this connection's todos sent, and those whose broadcast has arrived.
+    private var creationsSent = 0
+    private var created = 0
+    /// Creations sent and not yet answered at most.
+    private static let creationWindow = 32
 
     override func requestsInFlight() -> Int { pending.count }
 
@@ -61,7 +69,13 @@ final class DaemonConnection: LineConnection {
             request.awaitingBroadcast = false
             progressed(id: id, request, now: now)
         } else if line.quoted(at: reAt + 7) == "c" {
-            // The broadcast of this connection's todo creation: setup is done.
+            // The broadcast of one of this connection's todo creations: setup is done with the
+            // last (they are sent one after another on one connection, so it comes last).
+            created += 1
+            guard created == max(settings.todoIDs.count, 1) else {
+                sendCreations()
+                return
+            }
             if mode == .publisher {
                 seqBase = seq
                 run.seqBase.store(seq, ordering: .releasing)
@@ -80,10 +94,10 @@ final class DaemonConnection: LineConnection {
                 // Sending a frame first releases the daemon's 250 ms hold of live broadcasts.
                 send(#"{"op":"ping","id":"w"}"# + "\n")
             case .publisher:
-                sendCreate()
+                sendCreations()
             case .requester:
                 if settings.requestersSubscribed {
-                    sendCreate()
+                    sendCreations()
                 } else {
                     send(#"{"op":"unsubscribe","id":"u","types":["Response*"]}"# + "\n")
                 }
@@ -93,7 +107,7 @@ final class DaemonConnection: LineConnection {
         case "pong":
             if mode == .subscriber || mode == .slowSubscriber { markReady() }
         case "unsubscribed":
-            sendCreate()
+            sendCreations()
         case "error":
             handleError(line, now: now)
         default:
@@ -153,13 +167,17 @@ final class DaemonConnection: LineConnection {
 
     // MARK: Frames out
 
-    private func sendCreate() {
-        let todo = settings.todoID
-        send(
-            #"{"type":"RequestUpdateDetailViewModel","id":"c","payload":{"todo":{"id":""# + todo
-                + #"","version":0},"title":"Benchmark todo of the load tool","subtitle":"","priority":"high","#
-                + #""completed":false,"deleted":false}}"# + "\n"
-        )
+    /// Creates this connection's todos, at most `creationWindow` at a time.
+    private func sendCreations() {
+        while creationsSent < settings.todoIDs.count, creationsSent - created < Self.creationWindow {
+            let todo = settings.todoIDs[creationsSent]
+            creationsSent += 1
+            send(
+                #"{"type":"RequestUpdateDetailViewModel","id":"c","payload":{"todo":{"id":""# + todo
+                    + #"","version":0},"title":"Benchmark todo of the load tool","subtitle":"","priority":"high","#
+                    + #""completed":false,"deleted":false}}"# + "\n"
+            )
+        }
     }
 
     /// Writes request `id` of `kind` and remembers it.
@@ -170,7 +188,9 @@ final class DaemonConnection: LineConnection {
             awaitingReply: kind.expectsReply,
             awaitingBroadcast: kind.expectsBroadcast
         )
-        send(writer.frame(kind, id: id, counter: id, allocator: allocator))
+        // Each request is about the next todo, but a restore is about the todo just deleted.
+        if kind != .restore { todo = (todo + 1) % max(settings.todoIDs.count, 1) }
+        send(writer.frame(kind, id: id, todo: todo, counter: id, allocator: allocator))
     }
 
     /// Fan-out message `id` is the next request that causes a broadcast; with --publish mixed,

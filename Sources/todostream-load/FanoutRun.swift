@@ -68,7 +68,7 @@ struct FanoutRun {
 
         // The publisher first: for todostreamd it creates the todo it will toggle, and the
         // seq of that broadcast is the base every later seq is counted from.
-        var publisherSettings = common.settings(todoID: randomUUID())
+        var publisherSettings = common.settings(todoIDs: [randomUUID()])
         publisherSettings.publish = publish
         let publisher = try await connector.connect(
             index: 0,

@@ -11,8 +11,9 @@ struct ConnectionSettings: Sendable {
     var payloadBytes = 400
     /// The fan-out subject or channel (peers).
     var subject = "bench"
-    /// todostreamd: the todo this connection toggles (publisher, requester).
-    var todoID = ""
+    /// todostreamd: the todos this connection creates and then sends its requests about
+    /// (publisher, requester), one after another.
+    var todoIDs: [String] = []
     /// Requesters: whether they stay subscribed to every broadcast (todostreamd) — by default
     /// they unsubscribe and receive only their own copies.
     var requestersSubscribed = false

@@ -145,26 +145,34 @@ struct RequestSchedule {
     }
 }
 
-/// Writes todostreamd request frames (integer ids) for one todo, reusing their fixed parts.
+/// Writes todostreamd request frames (integer ids) about a connection's todos, reusing their
+/// fixed parts.
 struct DaemonRequestWriter {
-    private let todoID: [UInt8]
+    private let todoIDs: [[UInt8]]
     private let subtitleFiller: Int
     private let prefixes: [[UInt8]]
 
-    static let counterDigits = 10
-
-    init(todoID: String, subtitleBytes: Int) {
-        self.todoID = Array(todoID.utf8)
+    init(todoIDs: [String], subtitleBytes: Int) {
+        self.todoIDs = todoIDs.map { Array($0.utf8) }
         subtitleFiller = max(subtitleBytes - Self.counterDigits, 0)
         prefixes = RequestKind.allCases.map {
             Array(#"{"type":""#.utf8) + Array($0.type.utf8) + Array(#"","id":"#.utf8)
         }
     }
 
-    /// The frame of request `id`, ending with `\n`. `counter` goes into an update's subtitle so
-    /// that every save changes it.
-    func frame(_ kind: RequestKind, id: UInt64, counter: UInt64, allocator: ByteBufferAllocator) -> ByteBuffer {
+    static let counterDigits = 10
+
+    /// The frame of request `id` about todo `todo` (an index into the connection's todos),
+    /// ending with `\n`. `counter` goes into an update's subtitle so that every save changes it.
+    func frame(
+        _ kind: RequestKind,
+        id: UInt64,
+        todo: Int,
+        counter: UInt64,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
         let prefix = prefixes[kind.rawValue]
+        let todoID = todoIDs.isEmpty ? [] : todoIDs[todo % todoIDs.count]
         var buffer = allocator.buffer(capacity: prefix.count + todoID.count + subtitleFiller + 128)
         buffer.writeBytes(prefix)
         buffer.writeString(String(id))

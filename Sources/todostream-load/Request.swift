@@ -10,8 +10,9 @@ struct Request: AsyncParsableCommand {
     )
 
     private static let overview = """
-        todostreamd: each client sends requests about a todo of its own (--publish; by default \
-        it toggles it, a durable write) and waits for each one's answer before the next: for a \
+        todostreamd: each client sends requests about a todo of its own, or about \
+        --todos-per-client todos of its own in turn (--publish; by default it toggles it, a \
+        durable write) and waits for each one's answer before the next: for a \
         toggle its copy of the broadcast (the one with `re`). By default the clients \
         unsubscribe from Response* first, so each receives only its own replies and copies; \
         --subscribed keeps them subscribed, and every broadcast then also goes to the other \
@@ -54,6 +55,14 @@ struct Request: AsyncParsableCommand {
     @Flag(help: "redis: SET key:<client> <--payload-bytes value> and wait for +OK (use --appendfsync always).")
     var durable = false
 
+    @Option(
+        help: """
+            todostreamd: todos each client creates before the measured run and sends its requests \
+            about, one after another (a delete's restore goes to the todo it deleted).
+            """
+    )
+    var todosPerClient = 1
+
     func validate() throws {
         guard (1...10_000).contains(clients) else { throw ValidationError("--clients must be 1…10000.") }
         guard duration > 0, duration <= 600, warmup >= 0, warmup <= 60 else {
@@ -61,6 +70,12 @@ struct Request: AsyncParsableCommand {
         }
         guard !durable || common.target == .redis else {
             throw ValidationError("--durable applies to redis only (todostreamd's writes are always durable).")
+        }
+        guard (1...10_000).contains(todosPerClient) else {
+            throw ValidationError("--todos-per-client must be 1…10000.")
+        }
+        guard todosPerClient == 1 || common.target == .todostreamd else {
+            throw ValidationError("--todos-per-client applies to todostreamd only.")
         }
         guard publish != .mixed || common.target == .todostreamd else {
             throw ValidationError("--publish mixed applies to todostreamd only.")
@@ -90,7 +105,10 @@ struct Request: AsyncParsableCommand {
         let subscribed = self.subscribed
         for client in 0..<clients {
             let loop = group.next()
-            var settings = common.settings(todoID: randomUUID(), subject: "r.\(client)")
+            var settings = common.settings(
+                todoIDs: (0..<todosPerClient).map { _ in randomUUID() },
+                subject: "r.\(client)"
+            )
             settings.requestersSubscribed = subscribed
             settings.publish = publish
             settings.client = client
@@ -204,7 +222,10 @@ struct Request: AsyncParsableCommand {
             report.set("publish", publish.rawValue)
         }
         report.set("payload_bytes", common.payloadBytes)
-        if common.target == .todostreamd { report.set("subscribed", subscribed) }
+        if common.target == .todostreamd {
+            report.set("subscribed", subscribed)
+            report.set("todos_per_client", todosPerClient)
+        }
         report.set("duration_s", (seconds * 1_000).rounded() / 1_000)
         report.set("requests", done)
         report.set("requests_per_s", perSecond.rounded())
@@ -237,7 +258,7 @@ struct Request: AsyncParsableCommand {
         if durable {
             what = "durable SET, appendfsync \(redisSettings.appendFsync ?? "?")"
         } else if common.target == .todostreamd {
-            what = publish.rawValue
+            what = todosPerClient == 1 ? publish.rawValue : "\(publish.rawValue), \(todosPerClient) todos each"
         } else {
             what = "echo"
         }

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
+from helpers import LineClient, list_todos
 
 
 def load_binary() -> str:
@@ -58,3 +59,27 @@ def test_fanout_delivers_every_edit_to_every_subscriber_in_order(daemon, transpo
     for field in ("undelivered", "gaps", "duplicates", "unmatched", "seq_mismatches", "closed_by_server"):
         assert result[field] == 0, (field, result)
     assert result["errors"] == {} and result["setup_failures"] == {}, result
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_requests_about_several_todos_per_client_reach_each_of_them(daemon, transport):
+    result = run_load(
+        "request", "--target", "todostreamd", "--transport", transport, "--port", str(port_for(daemon, transport)),
+        "--clients", "3", "--todos-per-client", "7", "--duration", "1", "--publish", "edit",
+    )
+    assert result["todos_per_client"] == 7, result
+    assert result["requests"] > 3 * 7, result
+    assert result["failed"] == 0 and result["errors"] == {} and result["closed_by_server"] == 0, result
+    # Every todo the clients created was saved again by the run (its subtitle is no longer
+    # the creation's empty one).
+    with LineClient(daemon.tcp_port) as client:
+        todos = [row for row in list_todos(client) if row["todo"].get("title") == "t"]
+    assert len(todos) == 3 * 7, todos
+
+
+def test_several_todos_per_client_apply_to_todostreamd_only():
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "redis", "--port", "1", "--todos-per-client", "2"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--todos-per-client applies to todostreamd only" in done.stderr, done.stderr
