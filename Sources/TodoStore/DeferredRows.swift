@@ -14,7 +14,9 @@ import TodoApp
 /// none waits more than `maxLag` seqs (so that a restart, which applies the journal after the
 /// table's watermark, reads at most about that many entries); and a prune never drops the
 /// journal entry of a todo still waiting (the todos it would drop are written first, in the
-/// same commit). With `limit` 0, every row is written with its own commit.
+/// same commit). The lag is at most half the journal the store keeps, so that rows come due a
+/// few per commit as the lag passes them, not in a burst at the prune that would drop their
+/// entries. With `limit` 0, every row is written with its own commit.
 ///
 /// The watermark: every journal entry up to it is in the table; after a crash, the store applies
 /// the entries after it to the table's rows (`SQLiteBackend.load`).
@@ -42,10 +44,19 @@ struct DeferredRows {
     /// Entries of the journal a todo may wait for, per todo that may wait.
     static let lagPerTodo: UInt64 = 8
 
-    init(limit: Int) {
-        self.limit = max(0, limit)
-        self.maxLag = UInt64(self.limit) * Self.lagPerTodo
+    /// `retainedEntries`: the journal entries the store keeps at most.
+    init(limit: Int, retainedEntries: UInt64 = .max) {
+        let limit = max(0, limit)
+        self.init(limit: limit, maxLag: min(UInt64(limit) * Self.lagPerTodo, retainedEntries / 2))
     }
+
+    private init(limit: Int, maxLag: UInt64) {
+        self.limit = limit
+        self.maxLag = maxLag
+    }
+
+    /// The same bounds, with nothing waiting.
+    var emptied: DeferredRows { DeferredRows(limit: limit, maxLag: maxLag) }
 
     var isEmpty: Bool { rows.isEmpty }
 

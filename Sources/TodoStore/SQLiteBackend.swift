@@ -98,7 +98,8 @@ final class SQLiteBackend: StorageBackend {
                     synchronousFull: synchronousFull,
                     walWriteBufferBytes: walWriteBufferBytes,
                     cacheKiB: cacheKiB,
-                    deferredTodos: deferredTodos
+                    deferredTodos: deferredTodos,
+                    retainedEntries: retention.maxEntries
                 )
             }
             opened.writer = writer

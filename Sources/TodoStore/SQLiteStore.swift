@@ -9,7 +9,7 @@ extension GroupCommitStore {
     /// The SQLite writer's page cache unless configured, in KiB: SQLite's own default.
     public static let defaultSQLiteCacheKiB = 2000
     /// Todos whose newest change may be in the journal only, unless configured (DeferredRows).
-    public static let defaultSQLiteDeferredTodos = 1_024
+    public static let defaultSQLiteDeferredTodos = 16_384
 
     /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
     /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that

@@ -69,9 +69,9 @@ final class SQLiteWriter: @unchecked Sendable {
     /// SQLite copies text and blobs bound with this destructor before the call returns.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-    private init(handle: OpaquePointer, deferredTodos: Int) {
+    private init(handle: OpaquePointer, deferred: DeferredRows) {
         self.handle = handle
-        self.deferred = DeferredRows(limit: deferredTodos)
+        self.deferred = deferred
     }
 
     /// Opens the database at `path` (which migrations have prepared) for writing. The writer
@@ -80,13 +80,15 @@ final class SQLiteWriter: @unchecked Sendable {
     /// to `walWriteBufferBytes` (`SQLiteDataSyncVFS`; zero: none).
     /// `cacheKiB`: the connection's page cache (`PRAGMA cache_size`), in KiB. `deferredTodos`:
     /// how many todos may have their newest change in the journal only (`DeferredRows`); 0
-    /// writes every todo's row with the commit of its change.
+    /// writes every todo's row with the commit of its change. `retainedEntries`: the journal
+    /// entries the store keeps at most (bounds how long a row waits).
     static func open(
         path: String,
         synchronousFull: Bool,
         walWriteBufferBytes: Int = 0,
         cacheKiB: Int = GroupCommitStore.defaultSQLiteCacheKiB,
-        deferredTodos: Int = 0
+        deferredTodos: Int = 0,
+        retainedEntries: UInt64 = .max
     ) throws -> SQLiteWriter {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
@@ -100,7 +102,10 @@ final class SQLiteWriter: @unchecked Sendable {
             if let handle { sqlite_nio_sqlite3_close_v2(handle) }
             throw Failure(code: opened, message: message)
         }
-        let writer = SQLiteWriter(handle: handle, deferredTodos: deferredTodos)
+        let writer = SQLiteWriter(
+            handle: handle,
+            deferred: DeferredRows(limit: deferredTodos, retainedEntries: retainedEntries)
+        )
         do {
             // A lock held by another connection (a reader's snapshot never blocks a WAL writer;
             // this is for anything else) fails the commit after this long, not never.
@@ -279,7 +284,7 @@ final class SQLiteWriter: @unchecked Sendable {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         let storedHead = try readMeta("head", statements)
         let watermark = try readMeta("materialized", statements)
-        var rebuilt = DeferredRows(limit: deferred.limit)
+        var rebuilt = deferred.emptied
         let read = statements.readAfter
         defer {
             sqlite_nio_sqlite3_reset(read)

@@ -56,6 +56,24 @@ import Testing
         #expect(rows.watermark(head: 17) == 17)
     }
 
+    /// Where the journal keeps few entries, a row waits at most half of them: it comes due by
+    /// its lag, a few per commit, before the prune that would drop its entry.
+    @Test func theLagIsAtMostHalfTheJournalKept() {
+        #expect(DeferredRows(limit: 16_384, retainedEntries: 100_000).maxLag == 50_000)
+        #expect(DeferredRows(limit: 1_024, retainedEntries: 100_000).maxLag == 8_192)
+        #expect(DeferredRows(limit: 0, retainedEntries: 100_000).maxLag == 0)
+        var rows = DeferredRows(limit: 100, retainedEntries: 10)
+        #expect(rows.maxLag == 5)
+        let steady = JournalPrune(head: 12, retention: JournalRetention(maxEntries: 10, maxAgeSeconds: 0), now: 0)
+        #expect(steady.keepFrom == 3)
+        // A row changed at seq 4 is due by its lag at head 9, before any prune reaches it.
+        rows.changed(todo("lagging"), rowID: 1, seq: 4, recordedAt: 0)
+        #expect(rows.takeDue(head: 8, prune: steady).isEmpty)
+        #expect(rows.takeDue(head: 9, prune: nil).map(\.todo.title) == ["lagging"])
+        // The bounds survive a start over (the writer's read back after a failed commit).
+        #expect(rows.emptied.maxLag == 5 && rows.emptied.limit == 100 && rows.emptied.isEmpty)
+    }
+
     @Test func aPruneTakesTheRowsWhoseEntriesItWouldDrop() {
         var rows = DeferredRows(limit: 100)
         let early = todo("early")
