@@ -9,7 +9,12 @@ import Synchronization
 /// the list far more often than it changes: without this, each list answer encoded every row
 /// again, text and all. A row is a function of its todo alone, so a row is reused only for a
 /// todo equal to the one it was written for (every field, the version included): the bytes
-/// are those the writer would make. Bounded: past `capacity` rows, the cache starts over.
+/// are those the writer would make. Bounded: once `capacity` todos have rows here, a todo
+/// without one is written without keeping it, while the todos kept have their rows replaced as
+/// they change. (Starting over when full, as the cache first did, kept nothing useful once
+/// there were more todos than rows: each list answer, which goes through every todo in the same
+/// order, dropped the rows before reaching the todos they were for. Todos are never removed, so
+/// the rows kept never belong to todos that are gone.)
 public final class RowJSONCache: Sendable {
     /// Rows kept at most; 0 keeps none (every row is written anew).
     public let capacity: Int
@@ -28,6 +33,9 @@ public final class RowJSONCache: Sendable {
     /// Rows kept now.
     public var count: Int { rows.withLock { $0.count } }
 
+    /// The todos whose rows are kept now.
+    var cachedIDs: Set<UUID> { rows.withLock { Set($0.keys) } }
+
     /// Writes `viewModels` as a JSON array, each row from the cache when its todo is unchanged.
     func writeList(_ viewModels: [TodoViewModel], to writer: inout JSONWriter) {
         writer.beginArray()
@@ -41,7 +49,7 @@ public final class RowJSONCache: Sendable {
                 let json = TodoWireCodec.rowJSON(for: todo)
                 writer.raw(json)
                 guard capacity > 0 else { continue }
-                if rows.count >= capacity, rows[todo.id] == nil { rows.removeAll(keepingCapacity: true) }
+                if rows.count >= capacity, rows[todo.id] == nil { continue }
                 rows[todo.id] = Row(todo: todo, json: json)
             }
         }

@@ -44,7 +44,28 @@ import Testing
         #expect(cache.count == 3)
     }
 
-    @Test func theCacheIsBoundedAndStartsOverPastItsCapacity() {
+    /// More todos than rows: the rows kept are those of the first todos written, and a list
+    /// answer takes them from the cache every time (starting over when full would keep none by
+    /// the time the next list reached them).
+    @Test func pastItsCapacityTheRowsKeptStayAndChangeInPlace() {
+        let cache = RowJSONCache(capacity: 2)
+        let cached = TodoWireCodec(rowCache: cache)
+        var todos = todos()
+        for _ in 0..<3 {
+            #expect(list(cached, todos) == list(plain, todos))
+            #expect(cache.count == 2)
+        }
+        #expect(cache.cachedIDs == Set(todos[0..<2].map(\.id)))
+        // A kept todo that changes has its row replaced; the one left out stays out.
+        todos[1].title = "changed"
+        todos[1].version += 1
+        #expect(list(cached, todos) == list(plain, todos))
+        #expect(cache.cachedIDs == Set(todos[0..<2].map(\.id)))
+        #expect(list(cached, Array(todos.reversed())) == list(plain, Array(todos.reversed())))
+        #expect(cache.cachedIDs == Set(todos[0..<2].map(\.id)))
+    }
+
+    @Test func theCacheIsBounded() {
         let small = RowJSONCache(capacity: 2)
         let none = RowJSONCache(capacity: 0)
         let todos = todos()
