@@ -11,10 +11,10 @@ import Synchronization
 /// todo equal to the one it was written for (every field, the version included): the bytes
 /// are those the writer would make. Bounded: once `capacity` todos have rows here, a todo
 /// without one is written without keeping it, while the todos kept have their rows replaced as
-/// they change. (Starting over when full, as the cache first did, kept nothing useful once
-/// there were more todos than rows: each list answer, which goes through every todo in the same
-/// order, dropped the rows before reaching the todos they were for. Todos are never removed, so
-/// the rows kept never belong to todos that are gone.)
+/// they change; a list that finds no room for a todo while an eighth of the rows kept are ones
+/// it did not use (those of todos deleted since) drops those. (Starting over when full, as the cache first did, kept
+/// nothing useful once there were more todos than rows: each list answer, which goes through
+/// every todo in the same order, dropped the rows before reaching the todos they were for.)
 public final class RowJSONCache: Sendable {
     /// Rows kept at most; 0 keeps none (every row is written anew).
     public let capacity: Int
@@ -40,17 +40,34 @@ public final class RowJSONCache: Sendable {
     func writeList(_ viewModels: [TodoViewModel], to writer: inout JSONWriter) {
         writer.beginArray()
         rows.withLock { rows in
+            // Rows this list used (reused, replaced for a changed todo, or added), and whether
+            // a todo of it found no room.
+            var used = 0
+            var leftOut = false
             for viewModel in viewModels {
                 let todo = viewModel.todo
                 if let row = rows[todo.id], row.todo == todo {
                     writer.raw(row.json)
+                    used += 1
                     continue
                 }
                 let json = TodoWireCodec.rowJSON(for: todo)
                 writer.raw(json)
                 guard capacity > 0 else { continue }
-                if rows.count >= capacity, rows[todo.id] == nil { continue }
+                if rows.count >= capacity, rows[todo.id] == nil {
+                    leftOut = true
+                    continue
+                }
                 rows[todo.id] = Row(todo: todo, json: json)
+                used += 1
+            }
+            // A list holds every todo not deleted: rows it did not use are deleted todos',
+            // taking room a listed todo lacks. Once they are an eighth of the rows, drop them
+            // (one pass over the rows; a few, as while a todo is deleted and restored, are
+            // left until then); the next list keeps the todos left out.
+            if leftOut, rows.count - used > rows.count / 8 {
+                let listed = Set(viewModels.map(\.todo.id))
+                rows = rows.filter { listed.contains($0.key) }
             }
         }
         writer.endArray()

@@ -65,6 +65,45 @@ import Testing
         #expect(cache.cachedIDs == Set(todos[0..<2].map(\.id)))
     }
 
+    /// Rows of todos deleted since (lists leave them out) give way to listed todos that found
+    /// no room.
+    @Test func rowsOfTodosNoLongerListedGiveWayWhenFull() {
+        let cache = RowJSONCache(capacity: 2)
+        let cached = TodoWireCodec(rowCache: cache)
+        let todos = todos()
+        let (a, b, c) = (todos[0], todos[1], Todo(createdAt: t0, title: "third"))
+        #expect(list(cached, [a, b]) == list(plain, [a, b]))
+        #expect(cache.cachedIDs == [a.id, b.id])
+        // `a` deleted: a list of b and c finds no room for c, and a's row goes.
+        #expect(list(cached, [b, c]) == list(plain, [b, c]))
+        #expect(cache.cachedIDs == [b.id])
+        #expect(list(cached, [b, c]) == list(plain, [b, c]))
+        #expect(cache.cachedIDs == [b.id, c.id])
+        // Every row used: nothing is dropped, however many todos are left out.
+        let more = (0..<5).map { Todo(createdAt: t1, title: "more \($0)") }
+        #expect(list(cached, [b, c] + more) == list(plain, [b, c] + more))
+        #expect(cache.cachedIDs == [b.id, c.id])
+    }
+
+    /// A few rows of deleted todos (fewer than an eighth) stay: dropping them costs a pass over
+    /// every row, and a deleted todo is often restored soon.
+    @Test func aFewRowsOfDeletedTodosStay() {
+        let cache = RowJSONCache(capacity: 16)
+        let cached = TodoWireCodec(rowCache: cache)
+        let todos = (0..<17).map { Todo(createdAt: t0, title: "todo \($0)") }
+        #expect(list(cached, Array(todos[0..<16])) == list(plain, Array(todos[0..<16])))
+        // One deleted (1 of 16 rows unused): kept, and the 17th todo still finds no room.
+        let listed = Array(todos[1..<17])
+        #expect(list(cached, listed) == list(plain, listed))
+        #expect(cache.cachedIDs == Set(todos[0..<16].map(\.id)))
+        // Three deleted (3 of 16): dropped, and the next list takes the one left out.
+        let fewer = Array(todos[3..<17])
+        #expect(list(cached, fewer) == list(plain, fewer))
+        #expect(cache.cachedIDs == Set(todos[3..<16].map(\.id)))
+        #expect(list(cached, fewer) == list(plain, fewer))
+        #expect(cache.cachedIDs == Set(fewer.map(\.id)))
+    }
+
     @Test func theCacheIsBounded() {
         let small = RowJSONCache(capacity: 2)
         let none = RowJSONCache(capacity: 0)
