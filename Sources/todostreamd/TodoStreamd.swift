@@ -165,6 +165,7 @@ struct Serve: AsyncParsableCommand {
     var portFile: String?
 
     func run() async throws {
+        MemoryAllocator.configure(environment: ProcessInfo.processInfo.environment)
         let options: DaemonOptions
         do {
             options = try settings.resolve()
