@@ -12,9 +12,10 @@ import Synchronization
 /// are those the writer would make. Bounded: once `capacity` todos have rows here, a todo
 /// without one is written without keeping it, while the todos kept have their rows replaced as
 /// they change; a list that finds no room for a todo while an eighth of the rows kept are ones
-/// it did not use (those of todos deleted since) drops those. (Starting over when full, as the cache first did, kept
-/// nothing useful once there were more todos than rows: each list answer, which goes through
-/// every todo in the same order, dropped the rows before reaching the todos they were for.)
+/// it did not use (those of todos deleted since) drops those. (Starting over when full, as the
+/// cache first did, kept nothing useful once there were more todos than rows: each list answer,
+/// which goes through every todo in the same order, dropped the rows before reaching the todos
+/// they were for.)
 public final class RowJSONCache: Sendable {
     /// Rows kept at most; 0 keeps none (every row is written anew).
     public let capacity: Int
@@ -66,7 +67,7 @@ public final class RowJSONCache: Sendable {
             // (one pass over the rows; a few, as while a todo is deleted and restored, are
             // left until then); the next list keeps the todos left out.
             if leftOut, rows.count - used > rows.count / 8 {
-                let listed = Set(viewModels.map(\.todo.id))
+                let listed = Set(viewModels.lazy.map(\.todo.id))
                 rows = rows.filter { listed.contains($0.key) }
             }
         }

@@ -24,7 +24,8 @@ final class DaemonConnection: LineConnection {
     /// mixed, reads go between them).
     private var lastWireID: UInt64 = 0
 
-    /// The todo (index into `settings.todoIDs`) of the last request sent.
+    /// Counts the todos the requests went to: the last one's is this modulo the todos
+    /// (`DaemonRequestWriter` takes it so).
     private var todo = 0
     /// Creations of this connection's todos sent, and those whose broadcast has arrived.
     private var creationsSent = 0
@@ -72,7 +73,7 @@ final class DaemonConnection: LineConnection {
             // The broadcast of one of this connection's todo creations: setup is done with the
             // last (they are sent one after another on one connection, so it comes last).
             created += 1
-            guard created == max(settings.todoIDs.count, 1) else {
+            guard created == settings.todoIDs.count else {
                 sendCreations()
                 return
             }
@@ -189,7 +190,7 @@ final class DaemonConnection: LineConnection {
             awaitingBroadcast: kind.expectsBroadcast
         )
         // Each request is about the next todo, but a restore is about the todo just deleted.
-        if kind != .restore { todo = (todo + 1) % max(settings.todoIDs.count, 1) }
+        if kind != .restore { todo += 1 }
         send(writer.frame(kind, id: id, todo: todo, counter: id, allocator: allocator))
     }
 

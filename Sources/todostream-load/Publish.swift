@@ -162,8 +162,8 @@ struct DaemonRequestWriter {
 
     static let counterDigits = 10
 
-    /// The frame of request `id` about todo `todo` (an index into the connection's todos),
-    /// ending with `\n`. `counter` goes into an update's subtitle so that every save changes it.
+    /// The frame of request `id` about todo `todo` (modulo the connection's todos), ending
+    /// with `\n`. `counter` goes into an update's subtitle so that every save changes it.
     func frame(
         _ kind: RequestKind,
         id: UInt64,
