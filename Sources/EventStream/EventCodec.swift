@@ -8,6 +8,34 @@ public struct PayloadError: Error, Sendable, Hashable {
 public enum EncodedBody: Sendable, Hashable {
     case payload([UInt8])
     case error([UInt8])
+    /// A payload that is a JSON array of these encoded values, each written where the frame is
+    /// built: a list of many rows kept encoded (`RowJSONCache`) reaches the frame's buffer
+    /// without first being joined in one array of its own.
+    case array([[UInt8]])
+
+    /// The payload's bytes, an array's joined as JSON; nil for an error.
+    public var payloadBytes: [UInt8]? {
+        switch self {
+        case .payload(let bytes): return bytes
+        case .error: return nil
+        case .array(let elements):
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(elements.reduce(2) { $0 + $1.count + 1 })
+            bytes.append(UInt8(ascii: "["))
+            for (index, element) in elements.enumerated() {
+                if index > 0 { bytes.append(UInt8(ascii: ",")) }
+                bytes.append(contentsOf: element)
+            }
+            bytes.append(UInt8(ascii: "]"))
+            return bytes
+        }
+    }
+
+    /// The same body with an array's elements joined (`payload`), as it is otherwise.
+    public var joined: EncodedBody {
+        guard case .array = self, let bytes = payloadBytes else { return self }
+        return .payload(bytes)
+    }
 }
 
 /// Turns an app's events into wire bodies and client frames into events. The relay knows

@@ -30,18 +30,20 @@ enum OutboundFrame {
         mark: MutationMark? = nil,
         body: EncodedBody
     ) -> ByteBuffer {
-        let bytes: [UInt8]
         let bodyKey: StaticString
+        let bodyBytes: Int
         switch body {
-        case .payload(let payload): (bytes, bodyKey) = (payload, ",\"payload\":")
-        case .error(let error): (bytes, bodyKey) = (error, ",\"error\":")
+        case .payload(let payload): (bodyKey, bodyBytes) = (",\"payload\":", payload.count)
+        case .error(let error): (bodyKey, bodyBytes) = (",\"error\":", error.count)
+        case .array(let elements): (bodyKey, bodyBytes) = (",\"payload\":", Self.arrayBytes(elements))
         }
         // Written straight into the frame's buffer, sized once: no writer, and the encoded
-        // body copied once. The strings come from the catalog, the client or the journal, so
-        // each is escaped where it needs it (`writeString`).
+        // body copied once (an array's elements one by one, never joined first). The strings
+        // come from the catalog, the client or the journal, so each is escaped where it needs
+        // it (`writeString`).
         var textBytes = type.utf8.count + (session?.utf8.count ?? 0) + (mark?.mid.utf8.count ?? 0)
         if case .string(let text) = correlation { textBytes += text.utf8.count }
-        var buffer = ByteBufferAllocator().buffer(capacity: 128 + textBytes + bytes.count)
+        var buffer = ByteBufferAllocator().buffer(capacity: 128 + textBytes + bodyBytes)
         buffer.writeStaticString("{")
         if let seq {
             buffer.writeStaticString("\"seq\":")
@@ -73,9 +75,32 @@ enum OutboundFrame {
             }
         }
         buffer.writeStaticString(bodyKey)
-        buffer.writeBytes(bytes)
+        switch body {
+        case .payload(let bytes), .error(let bytes):
+            buffer.writeBytes(bytes)
+        case .array(let elements):
+            buffer.writeStaticString("[")
+            // By index over the array's storage, as `arrayBytes` counts them.
+            elements.withUnsafeBufferPointer { elements in
+                for index in elements.indices {
+                    if index > 0 { buffer.writeStaticString(",") }
+                    _ = elements[index].withUnsafeBufferPointer { buffer.writeBytes($0) }
+                }
+            }
+            buffer.writeStaticString("]")
+        }
         buffer.writeStaticString("}\n")
         return buffer
+    }
+
+    /// The bytes of a JSON array of `elements`, counted by index over the array's storage (a
+    /// list answer has one element per row, a thousand or more).
+    private static func arrayBytes(_ elements: [[UInt8]]) -> Int {
+        elements.withUnsafeBufferPointer { elements in
+            var total = 2 + elements.count
+            for index in elements.indices { total += elements[index].count }
+            return total
+        }
     }
 
     /// Appends `text` as a JSON string: as it is when none of its bytes needs an escape (the

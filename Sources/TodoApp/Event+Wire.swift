@@ -61,17 +61,14 @@ public struct TodoWireCodec: EventCodec {
             writer.write(input.todo)
             writer.write(input.edit)
             writer.endObject()
-        case .responseTodoViewModels(let result):
-            return body(result) { writer, viewModels in
-                guard let rowCache else {
-                    writer.beginArray()
-                    for viewModel in viewModels { writer.write(viewModel) }
-                    writer.endArray()
-                    return
-                }
-                writer.reserveCapacity(adding: 640 * viewModels.count)
-                rowCache.writeList(viewModels, to: &writer)
-            }
+        case .responseTodoViewModels(.success(let viewModels)):
+            // Each row on its own: the frame's buffer takes them one by one (kept rows are
+            // shared with the cache, not copied).
+            guard let rowCache else { return .array(viewModels.map { Self.rowJSON(for: $0.todo) }) }
+            return .array(rowCache.rows(for: viewModels))
+        case .responseTodoViewModels(.failure(let error)):
+            writer.write(error)
+            return .error(writer.bytes)
         case .responseTodoViewModel(let result):
             return body(result, capacity: { Self.capacity(forRow: $0.todo) }, { $0.write($1) })
         case .responseTodoDetailViewModel(let result), .responseUpdateDetailViewModel(let result):

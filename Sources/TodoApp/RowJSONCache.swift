@@ -37,9 +37,10 @@ public final class RowJSONCache: Sendable {
     /// The todos whose rows are kept now.
     var cachedIDs: Set<UUID> { rows.withLock { Set($0.keys) } }
 
-    /// Writes `viewModels` as a JSON array, each row from the cache when its todo is unchanged.
-    func writeList(_ viewModels: [TodoViewModel], to writer: inout JSONWriter) {
-        writer.beginArray()
+    /// The rows of `viewModels`, in order: each from the cache when its todo is unchanged.
+    func rows(for viewModels: [TodoViewModel]) -> [[UInt8]] {
+        var list: [[UInt8]] = []
+        list.reserveCapacity(viewModels.count)
         rows.withLock { rows in
             // Rows this list used (reused, replaced for a changed todo, or added), and whether
             // a todo of it found no room.
@@ -48,12 +49,12 @@ public final class RowJSONCache: Sendable {
             for viewModel in viewModels {
                 let todo = viewModel.todo
                 if let row = rows[todo.id], row.todo == todo {
-                    writer.raw(row.json)
+                    list.append(row.json)
                     used += 1
                     continue
                 }
                 let json = TodoWireCodec.rowJSON(for: todo)
-                writer.raw(json)
+                list.append(json)
                 guard capacity > 0 else { continue }
                 if rows.count >= capacity, rows[todo.id] == nil {
                     leftOut = true
@@ -71,6 +72,6 @@ public final class RowJSONCache: Sendable {
                 rows = rows.filter { listed.contains($0.key) }
             }
         }
-        writer.endArray()
+        return list
     }
 }

@@ -10,7 +10,7 @@ enum OutgoingFrame {
         writer.field("type", event.name)
         writer.field("id", id)
         if let mid { writer.field("mid", mid) }
-        if case .payload(let payload) = TodoWireCodec().encodeBody(event) {
+        if let payload = TodoWireCodec().encodeBody(event).payloadBytes {
             writer.key("payload")
             writer.raw(payload)
         }

@@ -55,13 +55,20 @@ import Testing
                     writer.field("applied_seq", appliedSeq)
                 }
             }
-            let (key, bytes): (StaticString, [UInt8]) =
-                switch body {
-                case .payload(let bytes): ("payload", bytes)
-                case .error(let bytes): ("error", bytes)
-                }
-            writer.key(key)
-            writer.raw(bytes)
+            switch body {
+            case .payload(let bytes):
+                writer.key("payload")
+                writer.raw(bytes)
+            case .error(let bytes):
+                writer.key("error")
+                writer.raw(bytes)
+            case .array(let elements):
+                // Each element as the writer puts a value in an array.
+                writer.key("payload")
+                writer.beginArray()
+                for element in elements { writer.raw(element) }
+                writer.endArray()
+            }
             writer.endObject()
             return String(decoding: writer.bytes, as: UTF8.self) + "\n"
         }
@@ -75,7 +82,10 @@ import Testing
         let marks: [MutationMark?] =
             [nil, MutationMark(mid: "m-1")]
             + texts.map { MutationMark(mid: $0, appliedSeq: 17) }
-        let bodies: [EncodedBody] = [.payload(Array(#"{"a":[1,2]}"#.utf8)), .error(Array(#"{"code":"x"}"#.utf8))]
+        let bodies: [EncodedBody] = [
+            .payload(Array(#"{"a":[1,2]}"#.utf8)), .error(Array(#"{"code":"x"}"#.utf8)), .array([]),
+            .array([Array(#"{"a":1}"#.utf8)]), .array([Array(#"{"a":1}"#.utf8), Array("2".utf8), Array(#""é""#.utf8)]),
+        ]
         var checked = 0
         for seq: UInt64? in [nil, 0, 1042, UInt64.max] {
             for type in ["ResponseTodoViewModel", "Odd\"Type"] {

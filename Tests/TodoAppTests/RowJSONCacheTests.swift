@@ -116,6 +116,23 @@ import Testing
         }
     }
 
+    /// A list's body is the JSON array of its rows, byte for byte as a writer writes the view
+    /// models one after the other: without the cache, and with it (rows written, then kept).
+    @Test func aListIsTheArrayOfItsRowsAsAWriterWritesThem() {
+        let viewModels = todos().filter { !$0.deleted }.map(TodoViewModel.init)
+        var writer = JSONWriter()
+        writer.beginArray()
+        for viewModel in viewModels { writer.write(viewModel) }
+        writer.endArray()
+        let cached = TodoWireCodec(rowCache: RowJSONCache(capacity: 100))
+        for codec in [plain, cached, cached] {
+            let body = codec.encodeBody(.responseTodoViewModels(.success(viewModels)))
+            #expect(body.payloadBytes == writer.bytes)
+            #expect(body.joined == .payload(writer.bytes))
+        }
+        #expect(plain.encodeBody(.responseTodoViewModels(.success([]))).payloadBytes == Array("[]".utf8))
+    }
+
     @Test func aFailedListIsItsErrorAsBefore() {
         let error = AppError(code: .unavailable, message: "The store is unavailable.")
         let event = Event.responseTodoViewModels(.failure(error))

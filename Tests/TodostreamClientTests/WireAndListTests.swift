@@ -25,11 +25,11 @@ import TodostreamClient
         writer.beginObject()
         writer.field("seq", 7)
         writer.field("type", event.name)
-        switch codec.encodeBody(event) {
-        case .payload(let bytes):
+        let body = codec.encodeBody(event)
+        if let bytes = body.payloadBytes {
             writer.key("payload")
             writer.raw(bytes)
-        case .error(let bytes):
+        } else if case .error(let bytes) = body {
             writer.key("error")
             writer.raw(bytes)
         }
