@@ -111,11 +111,6 @@ public struct JSONWriter: Sendable {
         bytes.append(contentsOf: json)
     }
 
-    /// Makes room for `count` more bytes at once (a long array of already encoded values).
-    public mutating func reserveCapacity(adding count: Int) {
-        bytes.reserveCapacity(bytes.count + count)
-    }
-
     public mutating func field(_ name: StaticString, _ value: String) {
         key(name)
         string(value)
