@@ -19,15 +19,11 @@ public enum EncodedBody: Sendable, Hashable {
         case .payload(let bytes): return bytes
         case .error: return nil
         case .array(let elements):
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(elements.reduce(2) { $0 + $1.count + 1 })
-            bytes.append(UInt8(ascii: "["))
-            for (index, element) in elements.enumerated() {
-                if index > 0 { bytes.append(UInt8(ascii: ",")) }
-                bytes.append(contentsOf: element)
-            }
-            bytes.append(UInt8(ascii: "]"))
-            return bytes
+            var writer = JSONWriter(capacity: elements.reduce(2) { $0 + $1.count + 1 })
+            writer.beginArray()
+            for element in elements { writer.raw(element) }
+            writer.endArray()
+            return writer.bytes
         }
     }
 
