@@ -20,9 +20,10 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var todos: [UUID: (rowID: Int64, todo: Todo)] = [:] {
         didSet { sortedTodos = nil }
     }
-    /// Every committed todo in list order, kept from one list read to the next until `todos`
-    /// changes (a list read would otherwise copy and sort them all each time).
-    private var sortedTodos: [Todo]?
+    /// Every committed todo in list order, with the row of each, kept from one list read to
+    /// the next until `todos` changes (a list read would otherwise copy and sort them all each
+    /// time).
+    private var sortedTodos: (todos: [Todo], rowIDs: [Int64])?
     private var nextRowID: Int64 = 1
     private var epoch: String
     private var head: UInt64
@@ -173,29 +174,56 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             guard keepsOrder else {
                 var all = todos
                 for (id, entry) in staged { all[id] = entry }
-                return Self.listOrder(all)
+                return Self.listOrder(all).map(\.todo)
             }
-            return committedOrder().map { staged[$0.id]?.todo ?? $0 }
+            // The staged versions put in at their places, found by their order's keys (a
+            // look-up per staged todo, not one per listed todo).
+            let (order, rowIDs) = committedOrder()
+            var listed = order
+            for entry in staged.values {
+                if let place = Self.place(of: entry.todo.createdAt, entry.rowID, in: order, rowIDs) {
+                    listed[place] = entry.todo
+                }
+            }
+            return listed
         }
-        return committedOrder()
+        return committedOrder().todos
     }
 
-    /// The committed todos in list order, sorted once after each change.
-    private func committedOrder() -> [Todo] {
+    /// The committed todos in list order, sorted once after each change, with their rows.
+    private func committedOrder() -> (todos: [Todo], rowIDs: [Int64]) {
         if let sortedTodos { return sortedTodos }
         let sorted = Self.listOrder(todos)
-        sortedTodos = sorted
-        return sorted
+        let order = (sorted.map(\.todo), sorted.map(\.rowID))
+        sortedTodos = order
+        return order
+    }
+
+    /// Where the todo created at `createdAt` and stored in row `rowID` is in `order` (list order,
+    /// `rowIDs` beside it), by binary search; nil when it is not there.
+    static func place(of createdAt: Timestamp, _ rowID: Int64, in order: [Todo], _ rowIDs: [Int64]) -> Int? {
+        var low = 0
+        var high = order.count
+        while low < high {
+            let middle = (low + high) / 2
+            let (time, row) = (order[middle].createdAt, rowIDs[middle])
+            if time == createdAt, row == rowID { return middle }
+            // Does the entry at `middle` come before the one looked for?
+            if time != createdAt ? time > createdAt : row > rowID {
+                low = middle + 1
+            } else {
+                high = middle
+            }
+        }
+        return nil
     }
 
     /// Newest first; todos created in the same millisecond, the one stored last first.
-    static func listOrder(_ todos: [UUID: (rowID: Int64, todo: Todo)]) -> [Todo] {
-        todos.values
-            .sorted { lhs, rhs in
-                lhs.todo.createdAt != rhs.todo.createdAt
-                    ? lhs.todo.createdAt > rhs.todo.createdAt : lhs.rowID > rhs.rowID
-            }
-            .map(\.todo)
+    static func listOrder(_ todos: [UUID: (rowID: Int64, todo: Todo)]) -> [(rowID: Int64, todo: Todo)] {
+        todos.values.sorted { lhs, rhs in
+            lhs.todo.createdAt != rhs.todo.createdAt
+                ? lhs.todo.createdAt > rhs.todo.createdAt : lhs.rowID > rhs.rowID
+        }
     }
 
     /// Counts a commit; true when this one should also prune the journal.

@@ -31,7 +31,7 @@ struct KnownTodos {
     /// Every todo in list order (newest first, as the database's list query orders them).
     mutating func list() -> [Todo] {
         if let sorted { return sorted }
-        let list = GroupCommitStore.listOrder(todos)
+        let list = GroupCommitStore.listOrder(todos).map(\.todo)
         sorted = list
         return list
     }
@@ -106,7 +106,7 @@ struct KnownTodos {
         mutating func read(id: UUID?) -> [Todo] {
             if let id { return (saves[id]?.todo ?? base.todo(id: id)).map { [$0] } ?? [] }
             guard !saves.isEmpty else { return base.list() }
-            return GroupCommitStore.listOrder(base.todos.merging(saves) { _, saved in saved })
+            return GroupCommitStore.listOrder(base.todos.merging(saves) { _, saved in saved }).map(\.todo)
         }
     }
 }

@@ -133,6 +133,105 @@ import Testing
         #expect(plain.encodeBody(.responseTodoViewModels(.success([]))).payloadBytes == Array("[]".utf8))
     }
 
+    /// A list is compared with the last one place by place. The rows of todos unchanged since
+    /// are that list's own (the same bytes, shared); a todo changed in its place, one created
+    /// since (every later place shifts) and one deleted since are each answered as written anew.
+    @Test func aListTakesTheRowsOfUnchangedTodosFromTheLastListByTheirPlaces() {
+        let cache = RowJSONCache(capacity: 100)
+        let todos = (0..<8).map {
+            Todo(createdAt: t0, title: "todo \($0)", subtitle: String(repeating: "x", count: $0))
+        }
+        func rows(_ todos: [Todo]) -> [[UInt8]] { cache.rows(for: todos.map(TodoViewModel.init)) }
+        func storage(_ rows: [[UInt8]]) -> [UnsafeRawPointer?] {
+            rows.map { $0.withUnsafeBytes { $0.baseAddress } }
+        }
+        let first = rows(todos)
+        #expect(first == todos.map(TodoWireCodec.rowJSON(for:)))
+        #expect(storage(rows(todos)) == storage(first), "unchanged: the last list's rows")
+        #expect(cache.lastListCount == 8)
+
+        var changed = todos
+        changed[3].title = "todo 3, renamed"
+        changed[3].version += 1
+        let new = Todo(createdAt: t1, title: "created since")
+        // Created since (first in the list), changed in place, and one deleted (5).
+        let listed = [new] + changed[0..<5] + changed[6...]
+        let second = rows(listed)
+        #expect(second == listed.map(TodoWireCodec.rowJSON(for:)))
+        let kept = storage(first)
+        #expect(Array(storage(second)[1..<4]) == Array(kept[0..<3]))
+        #expect(storage(second)[4] != kept[3], "changed: written again")
+        #expect(Array(storage(second)[5...]) == [kept[4]] + kept[6...], "after the one deleted")
+
+        // Every place different: each row still its own todo's.
+        let reversed = Array(listed.reversed())
+        #expect(rows(reversed) == reversed.map(TodoWireCodec.rowJSON(for:)))
+        #expect(rows([]) == [])
+        #expect(rows(listed) == listed.map(TodoWireCodec.rowJSON(for:)))
+    }
+
+    /// The last list is kept within the cache's bound, every row of it kept by id: a longer
+    /// one leaves none, and so does one that left a todo out (the next list looks each todo up
+    /// and keeps the one left out); with no capacity none is kept at all.
+    @Test func theLastListIsKeptOnlyWithinTheCapacity() {
+        let todos = (0..<3).map { Todo(createdAt: t0, title: "todo \($0)") }
+        func rows(_ cache: RowJSONCache, _ todos: some Sequence<Todo>) -> [[UInt8]] {
+            cache.rows(for: todos.map(TodoViewModel.init))
+        }
+        let small = RowJSONCache(capacity: 2)
+        #expect(rows(small, todos.prefix(2)).count == 2)
+        #expect(small.lastListCount == 2)
+        #expect(rows(small, todos) == todos.map(TodoWireCodec.rowJSON(for:)))
+        #expect(small.lastListCount == 0)
+        // todos[0] deleted: its row is dropped and todos[2] left out, then kept.
+        let (a, b, c) = (todos[0], todos[1], todos[2])
+        #expect(rows(small, [a, b]).count == 2)
+        #expect(rows(small, [b, c]) == [b, c].map(TodoWireCodec.rowJSON(for:)))
+        #expect(small.cachedIDs == [b.id])
+        #expect(small.lastListCount == 0)
+        #expect(rows(small, [b, c]) == [b, c].map(TodoWireCodec.rowJSON(for:)))
+        #expect(small.cachedIDs == [b.id, c.id])
+        #expect(small.lastListCount == 2)
+        let none = RowJSONCache(capacity: 0)
+        #expect(rows(none, todos) == todos.map(TodoWireCodec.rowJSON(for:)))
+        #expect(none.lastListCount == 0)
+        #expect(none.count == 0)
+    }
+
+    /// The comparison by place agrees with `Todo`'s equality for a change of any one field, the
+    /// version kept (a row is reused only for an equal todo, not merely one of the same
+    /// version). It lists the fields itself: a field added to `Todo` fails the count here.
+    @Test func aTodoComparedByPlaceIsComparedFieldByField() {
+        let base = Todo(createdAt: t0, title: "title", subtitle: "subtitle", priority: .normal, version: 4)
+        #expect(Mirror(reflecting: base).children.count == 8, "RowJSONCache.same compares each field of Todo")
+        var variants: [Todo] = []
+        for change in 0..<8 {
+            var todo = base
+            switch change {
+            case 0: todo.id = UUID()
+            case 1: todo.createdAt = t1
+            case 2: todo.title = "title, changed"
+            case 3: todo.subtitle = "subtitle, changed"
+            case 4: todo.priority = .high
+            case 5: todo.completedAt = t1
+            case 6: todo.deleted = true
+            default: todo.version = 5
+            }
+            variants.append(todo)
+        }
+        // The same text in storage of its own is still the same.
+        var copied = base
+        copied.title = String(decoding: Array(base.title.utf8), as: UTF8.self)
+        let rows = ([base, copied] + variants).map(TodoViewModel.init)
+        rows.withUnsafeBufferPointer { rows in
+            for index in rows.indices {
+                #expect(RowJSONCache.same(rows, 0, rows, index) == (rows[0].todo == rows[index].todo))
+            }
+            #expect(RowJSONCache.same(rows, 0, rows, 1))
+            #expect((2..<rows.count).allSatisfy { !RowJSONCache.same(rows, 0, rows, $0) })
+        }
+    }
+
     @Test func aFailedListIsItsErrorAsBefore() {
         let error = AppError(code: .unavailable, message: "The store is unavailable.")
         let event = Event.responseTodoViewModels(.failure(error))

@@ -210,6 +210,50 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         #expect(try await store.readTodos(id: nil) == after)
     }
 
+    /// A list read in a batch with writes to stored todos puts each staged version in its
+    /// place, found by creation time and row (many of these todos share a millisecond): the
+    /// list answered before the commit is the one read after it.
+    @Test func aListInABatchPutsEachStagedTodoInItsPlace() async throws {
+        let (store, _) = await GroupCommitStore.inMemory()
+        var saved: [SavedTodo] = []
+        for index in 0..<30 { saved.append(try await create(store, "todo \(index)")) }
+        let edited = [2, 11, 17, 29].map { saved[$0].todo.id }
+        var batch: [ModelRequest] = edited.map {
+            .write(TodoWrite(id: $0, expectedVersion: nil, change: .update(TodoEdit(title: "edited"))))
+        }
+        batch.insert(.write(TodoWrite(id: saved[5].todo.id, expectedVersion: nil, change: .toggleComplete)), at: 1)
+        batch.append(.read(ReadTodos(id: nil, purpose: .list)))
+        let answers = await store.execute(batch)
+        guard case .read(.success(let listed)) = answers.last else {
+            Issue.record("expected a list, got \(answers)")
+            return
+        }
+        #expect(listed.count == 30)
+        #expect(Set(listed.filter { $0.title == "edited" }.map(\.id)) == Set(edited))
+        #expect(listed.filter(\.complete).map(\.id) == [saved[5].todo.id])
+        #expect(try await store.readTodos(id: nil) == listed)
+    }
+
+    /// The search behind it: every todo found at its place in list order, among todos created
+    /// in the same millisecond too; none for a row or a time not there.
+    @Test func aTodoIsFoundInListOrderByItsCreationTimeAndRow() {
+        let (early, late) = (Timestamp(millisecondsSince1970: 1_000), Timestamp(millisecondsSince1970: 2_000))
+        var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
+        for row in 1...40 {
+            let todo = Todo(createdAt: row % 3 == 0 ? late : early, title: "todo \(row)")
+            todos[todo.id] = (Int64(row), todo)
+        }
+        let sorted = GroupCommitStore.listOrder(todos)
+        let (order, rowIDs) = (sorted.map(\.todo), sorted.map(\.rowID))
+        for (index, entry) in sorted.enumerated() {
+            #expect(GroupCommitStore.place(of: entry.todo.createdAt, entry.rowID, in: order, rowIDs) == index)
+        }
+        #expect(GroupCommitStore.place(of: early, 41, in: order, rowIDs) == nil)
+        #expect(GroupCommitStore.place(of: late, 1, in: order, rowIDs) == nil, "row 1 is an early one")
+        #expect(GroupCommitStore.place(of: Timestamp(millisecondsSince1970: 1_500), 3, in: order, rowIDs) == nil)
+        #expect(GroupCommitStore.place(of: early, 1, in: [], []) == nil)
+    }
+
     @Test func aStoreFailureAnswersUnavailableAndChangesNothing() async throws {
         let (store, faults) = await GroupCommitStore.inMemory()
         let saved = try await create(store, "kept")
