@@ -171,19 +171,22 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             let keepsOrder = staged.allSatisfy { id, entry in
                 todos[id].map { $0.rowID == entry.rowID && $0.todo.createdAt == entry.todo.createdAt } ?? false
             }
-            guard keepsOrder else {
+            func sortedAnew() -> [Todo] {
                 var all = todos
                 for (id, entry) in staged { all[id] = entry }
                 return Self.listOrder(all).map(\.todo)
             }
+            guard keepsOrder else { return sortedAnew() }
             // The staged versions put in at their places, found by their order's keys (a
             // look-up per staged todo, not one per listed todo).
             let (order, rowIDs) = committedOrder()
             var listed = order
             for entry in staged.values {
-                if let place = Self.place(of: entry.todo.createdAt, entry.rowID, in: order, rowIDs) {
-                    listed[place] = entry.todo
+                // Each is there (`keepsOrder`); should one not be, the list is sorted anew.
+                guard let place = Self.place(of: entry.todo.createdAt, entry.rowID, in: order, rowIDs) else {
+                    return sortedAnew()
                 }
+                listed[place] = entry.todo
             }
             return listed
         }
