@@ -232,9 +232,63 @@ import Testing
         }
     }
 
+    /// Lists in any order of changes (todos created, deleted, edited, changed with their version
+    /// kept, shuffled, listed again unchanged), at several capacities: every answer is the
+    /// rows written anew, and the cache and its last list stay within the bound.
+    @Test(arguments: [0, 3, 8, 100])
+    func anyRunOfListsIsAnsweredAsIfWrittenAnew(capacity: Int) {
+        var random = SeededGenerator(seed: UInt64(capacity) &+ 0x9E37_79B9)
+        let cache = RowJSONCache(capacity: capacity)
+        var todos = (0..<12).map { Todo(createdAt: t0, title: "todo \($0)") }
+        var created = todos.count
+        for step in 0..<400 {
+            switch random.next() % 6 {
+            case 0:
+                created += 1
+                todos.insert(
+                    Todo(createdAt: t1, title: "todo \(created)"),
+                    at: Int(random.next() % UInt64(todos.count + 1))
+                )
+            case 1 where !todos.isEmpty:
+                todos.remove(at: Int(random.next() % UInt64(todos.count)))
+            case 2 where !todos.isEmpty:
+                let index = Int(random.next() % UInt64(todos.count))
+                todos[index].subtitle = "edited at \(step)"
+                todos[index].version += 1
+            case 3 where !todos.isEmpty:
+                // The same version with other content: never answered with the old row.
+                let index = Int(random.next() % UInt64(todos.count))
+                todos[index].completedAt = todos[index].completedAt == nil ? t1 : nil
+            case 4 where step % 7 == 0:
+                todos.shuffle(using: &random)
+            default:
+                break
+            }
+            let rows = cache.rows(for: todos.map(TodoViewModel.init))
+            #expect(rows == todos.map(TodoWireCodec.rowJSON(for:)), "step \(step)")
+            #expect(cache.count <= capacity)
+            #expect(cache.lastListCount <= capacity)
+        }
+    }
+
     @Test func aFailedListIsItsErrorAsBefore() {
         let error = AppError(code: .unavailable, message: "The store is unavailable.")
         let event = Event.responseTodoViewModels(.failure(error))
         #expect(TodoWireCodec(rowCache: RowJSONCache(capacity: 10)).encodeBody(event) == plain.encodeBody(event))
+    }
+}
+
+/// A generator that repeats (SplitMix64), so that a failing run can be run again.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var mixed = state
+        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
+        return mixed ^ (mixed >> 31)
     }
 }
