@@ -167,24 +167,17 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         if let id { return (staged[id] ?? todos[id]).map { [$0.todo] } ?? [] }
         guard staged.isEmpty else {
             // Writes to stored todos keep each one's place (its creation time and row): the
-            // committed order holds, with the staged versions put in, and nothing is sorted.
-            let keepsOrder = staged.allSatisfy { id, entry in
-                todos[id].map { $0.rowID == entry.rowID && $0.todo.createdAt == entry.todo.createdAt } ?? false
-            }
-            func sortedAnew() -> [Todo] {
-                var all = todos
-                for (id, entry) in staged { all[id] = entry }
-                return Self.listOrder(all).map(\.todo)
-            }
-            guard keepsOrder else { return sortedAnew() }
-            // The staged versions put in at their places, found by their order's keys (a
-            // look-up per staged todo, not one per listed todo).
+            // committed order holds, with the staged versions put in at their places, found by
+            // binary search on those two (rows are never reused, so the todo found there is
+            // the staged one's). A staged new todo, with a row of its own, is found nowhere:
+            // then the list is sorted anew.
             let (order, rowIDs) = committedOrder()
             var listed = order
             for entry in staged.values {
-                // Each is there (`keepsOrder`); should one not be, the list is sorted anew.
                 guard let place = Self.place(of: entry.todo.createdAt, entry.rowID, in: order, rowIDs) else {
-                    return sortedAnew()
+                    var all = todos
+                    for (id, entry) in staged { all[id] = entry }
+                    return Self.listOrder(all).map(\.todo)
                 }
                 listed[place] = entry.todo
             }
