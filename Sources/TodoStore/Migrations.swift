@@ -114,6 +114,10 @@ enum Migrations {
             "ALTER TABLE journal ADD COLUMN row_id INTEGER",
             "INSERT INTO meta (key, value) SELECT 'materialized', value FROM meta WHERE key = 'head'",
         ],
+        // 11: the age prune reads the journal from its oldest entry and stops at the first one
+        // recorded late enough (entries are recorded in seq order), so it needs no index; the
+        // index of step 3 cost every commit one or two more pages of the WAL to keep up.
+        ["DROP INDEX IF EXISTS journal_recorded_at"],
     ]
 
     static func run(on connection: SQLiteConnection) async throws {

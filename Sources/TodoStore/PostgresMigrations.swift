@@ -239,6 +239,10 @@ enum PostgresMigrations {
         // 10: in SQLite, a todo's row may be written after the commit of its change. Nothing
         // changes here; the step keeps both engines' versions in step.
         ["SELECT 1"],
+        // 11: in SQLite, the age prune reads from the oldest entry and the `recorded_at` index
+        // is dropped. PostgreSQL's prune is a plain delete by `recorded_at` and keeps its
+        // index; the step keeps both engines' versions in step.
+        ["SELECT 1"],
     ]
 
     /// Moves this backend's row of `todostream_durable` to `head` (never back).

@@ -24,6 +24,9 @@ final class SQLiteWriter: @unchecked Sendable {
     private var deferredKnown = false
     /// The journal's head as of the last commit (or read back with `deferred`).
     private var head: UInt64 = 0
+    /// The steps SQLite's machine took for the last prune by age (finding where it ends, and
+    /// the delete): how much of the journal it read.
+    private(set) var agePruneSteps = 0
 
     /// The WAL's size in frames as of the last commit (SQLite's WAL hook sets it).
     var walFrames: Int { frames.count.load(ordering: .relaxed) }
@@ -41,13 +44,13 @@ final class SQLiteWriter: @unchecked Sendable {
         let moveHead: OpaquePointer
         let moveWatermark: OpaquePointer
         let pruneBefore: OpaquePointer
-        let pruneOlder: OpaquePointer
+        let firstRecent: OpaquePointer
         let readMeta: OpaquePointer
         let readAfter: OpaquePointer
 
         var all: [OpaquePointer] {
             [
-                begin, commit, rollback, saveTodo, appendEntry, moveHead, moveWatermark, pruneBefore, pruneOlder,
+                begin, commit, rollback, saveTodo, appendEntry, moveHead, moveWatermark, pruneBefore, firstRecent,
                 readMeta, readAfter,
             ]
         }
@@ -59,6 +62,13 @@ final class SQLiteWriter: @unchecked Sendable {
         let message: String
         var description: String { "SQLite error \(code): \(message)" }
     }
+
+    /// Where the prune by age ends: the first entry, from the oldest on, recorded at or after
+    /// ?1. Entries before it go (none past the watermark). Entries are recorded in seq order
+    /// (after a clock set back, an entry stamped older than the one before it waits for its
+    /// turn), so this reads only the entries the prune drops and one more, with no index on
+    /// `recorded_at` to keep up at every commit (schema step 11).
+    static let agePruneSQL = "SELECT seq FROM journal WHERE recorded_at >= ?1 ORDER BY seq LIMIT 1"
 
     /// The size the WAL file is cut back to when it starts over (`PRAGMA journal_size_limit`).
     static let walSizeLimitBytes = 64 << 20
@@ -159,7 +169,7 @@ final class SQLiteWriter: @unchecked Sendable {
                 ),
                 // Never past the watermark: an entry whose change is not in its row yet stays.
                 pruneBefore: try writer.prepare("DELETE FROM journal WHERE seq < ?1 AND seq <= ?2"),
-                pruneOlder: try writer.prepare("DELETE FROM journal WHERE recorded_at < ?1 AND seq <= ?2"),
+                firstRecent: try writer.prepare(agePruneSQL),
                 readMeta: try writer.prepare("SELECT value FROM meta WHERE key = ?1"),
                 readAfter: try writer.prepare(
                     "SELECT seq, payload, row_id, recorded_at FROM journal WHERE seq > ?1 ORDER BY seq"
@@ -207,14 +217,19 @@ final class SQLiteWriter: @unchecked Sendable {
             try bind(statements.moveWatermark, 1, Int64(watermark))
             try run(statements.moveWatermark)
             if let prune {
-                // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`.
-                try bind(statements.pruneBefore, 1, Int64(prune.keepFrom))
+                // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`: one
+                // range of the oldest seqs, never past the watermark.
+                var keepFrom = Int64(prune.keepFrom)
+                if let cutoff = prune.cutoff {
+                    keepFrom = max(keepFrom, try firstEntry(recordedFrom: cutoff, statements) ?? Int64(newHead) + 1)
+                }
+                try bind(statements.pruneBefore, 1, keepFrom)
                 try bind(statements.pruneBefore, 2, Int64(watermark))
                 try run(statements.pruneBefore)
-                if let cutoff = prune.cutoff {
-                    try bind(statements.pruneOlder, 1, cutoff)
-                    try bind(statements.pruneOlder, 2, Int64(watermark))
-                    try run(statements.pruneOlder)
+                if prune.cutoff != nil {
+                    agePruneSteps = [statements.firstRecent, statements.pruneBefore].reduce(0) {
+                        $0 + Int(sqlite_nio_sqlite3_stmt_status($1, SQLITE_STMTSTATUS_VM_STEP, 1))
+                    }
                 }
             }
         }
@@ -315,6 +330,22 @@ final class SQLiteWriter: @unchecked Sendable {
         deferred = rebuilt
         head = storedHead
         deferredKnown = true
+    }
+
+    /// The seq of the oldest entry recorded at or after `cutoff` that comes after only entries
+    /// recorded before it (`agePruneSQL`); nil when every entry was recorded before it.
+    private func firstEntry(recordedFrom cutoff: Int64, _ statements: Statements) throws -> Int64? {
+        let read = statements.firstRecent
+        defer {
+            sqlite_nio_sqlite3_reset(read)
+            sqlite_nio_sqlite3_clear_bindings(read)
+        }
+        try bind(read, 1, cutoff)
+        switch sqlite_nio_sqlite3_step(read) {
+        case SQLITE_ROW: return sqlite_nio_sqlite3_column_int64(read, 0)
+        case SQLITE_DONE: return nil
+        case let failed: throw failure(failed)
+        }
     }
 
     private func readMeta(_ key: String, _ statements: Statements) throws -> UInt64 {

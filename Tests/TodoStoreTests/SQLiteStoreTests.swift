@@ -274,23 +274,41 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
 }
 
 @Suite struct SQLiteSchemaTests {
-    @Test func theJournalsAgePruneUsesAnIndexNotAScanOfEveryEntry() async throws {
+    @Test func theJournalsAgePruneReadsFromTheOldestEntryAndNoIndexOnRecordedAtIsKept() async throws {
         let directory = temporaryDirectory()
         let store = try await GroupCommitStore.sqlite(directory: directory)
         await store.close()
         let connection = try await SQLiteConnection.open(
             storage: .file(path: (directory as NSString).appendingPathComponent(SQLiteBackend.fileName))
         )
-        let plan = try await connection.rows(
-            "EXPLAIN QUERY PLAN DELETE FROM journal WHERE recorded_at < ?",
-            [.integer(1)]
-        )
-        let details = plan.compactMap { $0.column("detail")?.string }.joined(separator: "; ")
-        #expect(
-            details.contains("USING INDEX journal_recorded_at") || details.contains("USING COVERING INDEX"),
-            "\(details)"
-        )
-        #expect(!details.hasPrefix("SCAN journal"), "\(details)")
+        // In seq order, with no sort: it can stop at the first entry it finds.
+        let plan = try await connection.rows("EXPLAIN QUERY PLAN " + SQLiteWriter.agePruneSQL, [.integer(1)])
+        let details = plan.compactMap { $0.column("detail")?.string }
+        #expect(details == ["SCAN journal"], "\(details)")
+        let indexes = try await connection.rows("SELECT name FROM sqlite_master WHERE type = 'index'", [])
+        #expect(!indexes.contains { $0.column("name")?.string == "journal_recorded_at" })
         try await connection.close()
+    }
+
+    @Test func aDatabaseWithTheRecordedAtIndexLosesItAndKeepsItsJournal() async throws {
+        let directory = temporaryDirectory()
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        let saved = try await create(store, "kept")
+        await store.close()
+        // As schema step 10 left it.
+        let connection = try await SQLiteConnection.open(storage: .file(path: path))
+        try await connection.exec("CREATE INDEX journal_recorded_at ON journal (recorded_at)")
+        try await connection.exec("PRAGMA user_version = 10")
+        try await connection.close()
+        let reopened = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await reopened.entries(after: 0, through: 10).map(\.seq) == [saved.seq])
+        await reopened.close()
+        let check = try await SQLiteConnection.open(storage: .file(path: path))
+        let indexes = try await check.rows("SELECT name FROM sqlite_master WHERE type = 'index'", [])
+        #expect(!indexes.contains { $0.column("name")?.string == "journal_recorded_at" })
+        let version = try await check.rows("PRAGMA user_version", [])
+        #expect(version.first?.column("user_version")?.integer == Migrations.steps.count)
+        try await check.close()
     }
 }

@@ -28,6 +28,26 @@ import Testing
         )
     }
 
+    /// Commits each (seq, recorded at) on its own, a todo titled after its seq, with `prune`.
+    private func commitEach(
+        _ entries: [(seq: UInt64, recordedAt: Int64)],
+        _ writer: SQLiteWriter,
+        _ thread: StoreThread,
+        created: Timestamp,
+        prune: JournalPrune? = nil
+    ) async throws {
+        for (seq, recordedAt) in entries {
+            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
+            try await thread.perform {
+                try writer.commit(
+                    [self.record(seq: seq, rowID: Int64(seq), todo: todo)],
+                    recordedAt: recordedAt,
+                    prune: prune
+                )
+            }
+        }
+    }
+
     @Test func aCommitStoresTodosJournalAndHeadWithTextKeptWhole() async throws {
         let thread = StoreThread()
         let (writer, reader, directory) = try await open(thread)
@@ -199,23 +219,90 @@ import Testing
         let thread = StoreThread()
         let (writer, reader, _) = try await open(thread)
         let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
-        for seq in UInt64(1)...5 {
-            let todo = Todo(createdAt: created, title: "t\(seq)", version: 1)
-            try await thread.perform {
-                try writer.commit(
-                    [self.record(seq: seq, rowID: Int64(seq), todo: todo)],
-                    recordedAt: Int64(seq),
-                    prune: nil
-                )
+        try await commitEach((1...5).map { (UInt64($0), Int64($0)) }, writer, thread, created: created)
+        let prune = JournalPrune(head: 6, retention: JournalRetention(maxEntries: 3, maxAgeSeconds: 0), now: 6)
+        let seqs = try await commitPruning(6, recordedAt: 6, prune, writer, reader, thread, created: created)
+        #expect(seqs == [4, 5, 6])
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
+
+    /// Commits entry `seq` with `prune`; the seqs the journal holds then.
+    private func commitPruning(
+        _ seq: UInt64,
+        recordedAt: Int64,
+        _ prune: JournalPrune,
+        _ writer: SQLiteWriter,
+        _ reader: SQLiteConnection,
+        _ thread: StoreThread,
+        created: Timestamp
+    ) async throws -> [Int?] {
+        try await commitEach([(seq, recordedAt)], writer, thread, created: created, prune: prune)
+        return try await reader.rows("SELECT seq FROM journal ORDER BY seq", []).map { $0.column("seq")?.integer }
+    }
+
+    @Test func anAgePruneDropsTheOldestEntriesUpToTheFirstOneRecordedLateEnough() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await open(thread)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        // Entry 4 was recorded after the clock was set back: older than entry 3.
+        try await commitEach(
+            [(1, 1_000), (2, 2_000), (3, 3_000), (4, 1_500), (5, 5_000)],
+            writer,
+            thread,
+            created: created
+        )
+        // Entries recorded before 2,500 go, from the oldest on.
+        let prune = JournalPrune(head: 6, retention: JournalRetention(maxEntries: 100, maxAgeSeconds: 1), now: 3_500)
+        #expect(prune.cutoff == 2_500)
+        let seqs = try await commitPruning(6, recordedAt: 6_000, prune, writer, reader, thread, created: created)
+        #expect(seqs == [3, 4, 5, 6], "entry 4 waits behind entry 3")
+        // Once entry 3 is old enough, entry 4 goes with it.
+        let later = JournalPrune(head: 7, retention: JournalRetention(maxEntries: 100, maxAgeSeconds: 1), now: 4_500)
+        let after = try await commitPruning(7, recordedAt: 7_000, later, writer, reader, thread, created: created)
+        #expect(after == [5, 6, 7])
+        try await reader.close()
+        try await thread.perform { writer.close() }
+    }
+
+    @Test func anAgePruneReadsOnlyTheEntriesItDropsWithNoIndexToKeepUp() async throws {
+        let thread = StoreThread()
+        let (writer, reader, _) = try await open(thread)
+        let indexes = try await reader.rows(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'journal'",
+            []
+        )
+        #expect(!indexes.contains { $0.column("name")?.string == "journal_recorded_at" })
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        func batch(_ seqs: ClosedRange<UInt64>) -> [CommitRecord] {
+            seqs.map {
+                self.record(seq: $0, rowID: Int64($0), todo: Todo(createdAt: created, title: "t\($0)", version: 1))
             }
         }
-        let todo = Todo(createdAt: created, title: "t6", version: 1)
-        let prune = JournalPrune(head: 6, retention: JournalRetention(maxEntries: 3, maxAgeSeconds: 0), now: 6)
+        let (old, young) = (batch(1...1_000), batch(1_001...2_000))
         try await thread.perform {
-            try writer.commit([self.record(seq: 6, rowID: 6, todo: todo)], recordedAt: 6, prune: prune)
+            try writer.commit(old, recordedAt: 1_000, prune: nil)
+            try writer.commit(young, recordedAt: 10_000, prune: nil)
         }
-        let seqs = try await reader.rows("SELECT seq FROM journal ORDER BY seq", [])
-        #expect(seqs.map { $0.column("seq")?.integer } == [4, 5, 6])
+        let retention = JournalRetention(maxEntries: 100_000, maxAgeSeconds: 5)
+        // The steps of a prune at 10,000 (so of entries recorded before 5,000) with entry `seq`.
+        func stepsOfAPrune(with seq: UInt64) async throws -> Int {
+            let records = batch(seq...seq)
+            return try await thread.perform {
+                let prune = JournalPrune(head: seq, retention: retention, now: 10_000)
+                try writer.commit(records, recordedAt: 10_000, prune: prune)
+                return writer.agePruneSteps
+            }
+        }
+        let dropping = try await stepsOfAPrune(with: 2_001)
+        let keeping = try await stepsOfAPrune(with: 2_002)
+        let count = try await reader.rows("SELECT count(*) AS n, min(seq) AS oldest FROM journal", [])
+        #expect(count.first?.column("n")?.integer == 1_002)
+        #expect(count.first?.column("oldest")?.integer == 1_001)
+        // Dropping 1,000 entries reads them; with none to drop, the prune reads the first entry
+        // and stops, whatever the journal's length.
+        #expect(dropping > 1_000)
+        #expect(keeping > 0 && keeping < 50, "\(keeping) steps")
         try await reader.close()
         try await thread.perform { writer.close() }
     }
