@@ -154,7 +154,9 @@ final class SQLiteBackend: StorageBackend {
         // watermark: the writer reads them back (it needs them for its commits too), and each
         // waiting todo's newest change replaces its row.
         let writer = self.writer
-        let waiting = try await thread.perform { try writer.waitingRows() }
+        // So does the head: the stored one is written with each prune and at close, and the
+        // journal's newest entry is the head between them.
+        let (waiting, head) = try await thread.perform { (try writer.waitingRows(), writer.head) }
         if !waiting.isEmpty {
             var index: [UUID: Int] = [:]
             for (position, entry) in todos.enumerated() { index[entry.todo.id] = position }
@@ -172,8 +174,6 @@ final class SQLiteBackend: StorageBackend {
         guard let epoch = epochRows.first?.column("value")?.string else {
             throw StoreError(message: "The journal has no epoch.")
         }
-        let headRows = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
-        let head = UInt64(headRows.first?.column("value")?.string ?? "0") ?? 0
         let oldest = try await oldestRetained() ?? head + 1
         let mutationRows = try await reader.rows(
             "SELECT seq, type, payload, mid, recorded_at FROM journal WHERE mid IS NOT NULL ORDER BY seq",

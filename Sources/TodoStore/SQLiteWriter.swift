@@ -23,7 +23,16 @@ final class SQLiteWriter: @unchecked Sendable {
     /// stored): it is then read back from the journal before the next commit.
     private var deferredKnown = false
     /// The journal's head as of the last commit (or read back with `deferred`).
-    private var head: UInt64 = 0
+    private(set) var head: UInt64 = 0
+    /// The head and the watermark as the `meta` table holds them: written with each prune
+    /// and at close, so behind between them (the journal's newest entry is the head then).
+    private var stored = Meta(head: 0, watermark: 0)
+
+    private struct Meta: Equatable {
+        var head: UInt64
+        var watermark: UInt64
+    }
+
     /// The steps SQLite's machine took for the last prune by age (finding where it ends, and
     /// the delete): how much of the journal it read.
     private(set) var agePruneSteps = 0
@@ -212,11 +221,13 @@ final class SQLiteWriter: @unchecked Sendable {
                 try run(append)
             }
             for row in due { try save(row.todo, rowID: row.rowID, statements) }
-            try bind(statements.moveHead, 1, Int64(newHead))
-            try run(statements.moveHead)
-            try bind(statements.moveWatermark, 1, Int64(watermark))
-            try run(statements.moveWatermark)
             if let prune {
+                // The head and the watermark are stored with each prune, which needs them, not
+                // with every commit (they share a page the commit would write only for them):
+                // the journal's newest entry is the head, and a watermark stored behind means only
+                // more of the journal read back after a crash. A prune never drops an entry past
+                // the watermark stored with it.
+                try storeMeta(head: newHead, watermark: watermark, statements)
                 // Keep the newest `maxEntries`, and drop what is older than `maxAgeSeconds`: one
                 // range of the oldest seqs, never past the watermark.
                 var keepFrom = Int64(prune.keepFrom)
@@ -234,6 +245,7 @@ final class SQLiteWriter: @unchecked Sendable {
             }
         }
         head = newHead
+        if prune != nil { stored = Meta(head: newHead, watermark: watermark) }
         deferredKnown = true
     }
 
@@ -242,15 +254,23 @@ final class SQLiteWriter: @unchecked Sendable {
     func writeDeferred() throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         if !deferredKnown { try readDeferred() }
-        guard !deferred.isEmpty else { return }
+        guard !deferred.isEmpty || stored != Meta(head: head, watermark: head) else { return }
         deferredKnown = false
         let rows = deferred.takeAll()
         try transaction(statements) {
             for row in rows { try save(row.todo, rowID: row.rowID, statements) }
-            try bind(statements.moveWatermark, 1, Int64(head))
-            try run(statements.moveWatermark)
+            try storeMeta(head: head, watermark: head, statements)
         }
+        stored = Meta(head: head, watermark: head)
         deferredKnown = true
+    }
+
+    /// Stores the head and the watermark (the `meta` rows `head` and `materialized`).
+    private func storeMeta(head: UInt64, watermark: UInt64, _ statements: Statements) throws {
+        try bind(statements.moveHead, 1, Int64(head))
+        try run(statements.moveHead)
+        try bind(statements.moveWatermark, 1, Int64(watermark))
+        try run(statements.moveWatermark)
     }
 
     /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is
@@ -299,6 +319,7 @@ final class SQLiteWriter: @unchecked Sendable {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         let storedHead = try readMeta("head", statements)
         let watermark = try readMeta("materialized", statements)
+        stored = Meta(head: storedHead, watermark: watermark)
         var rebuilt = deferred.emptied
         let read = statements.readAfter
         defer {
@@ -306,11 +327,13 @@ final class SQLiteWriter: @unchecked Sendable {
             sqlite_nio_sqlite3_clear_bindings(read)
         }
         try bind(read, 1, Int64(watermark))
+        var newest: UInt64 = 0
         while true {
             let stepped = sqlite_nio_sqlite3_step(read)
             if stepped == SQLITE_DONE { break }
             guard stepped == SQLITE_ROW else { throw failure(stepped) }
             let seq = UInt64(sqlite_nio_sqlite3_column_int64(read, 0))
+            newest = seq
             let count = Int(sqlite_nio_sqlite3_column_bytes(read, 1))
             let payload: [UInt8] =
                 sqlite_nio_sqlite3_column_blob(read, 1).map { pointer in
@@ -328,7 +351,9 @@ final class SQLiteWriter: @unchecked Sendable {
             rebuilt.changed(todo, rowID: rowID ?? 0, seq: seq, recordedAt: sqlite_nio_sqlite3_column_int64(read, 3))
         }
         deferred = rebuilt
-        head = storedHead
+        // Every entry past the stored watermark was read, in seq order: the newest one is the
+        // head, unless none is newer than the stored head (or the journal ends at the watermark).
+        head = max(storedHead, newest)
         deferredKnown = true
     }
 

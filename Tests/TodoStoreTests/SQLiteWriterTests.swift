@@ -77,12 +77,15 @@ import Testing
         #expect(journal.map { $0.column("recorded_at")?.integer } == [42, 42])
         var payload = try #require(journal.first?.column("payload")?.blob)
         #expect(payload.readBytes(length: payload.readableBytes) == batch[0].entry.payload)
+        // The stored head is written with prunes and at close, not with this commit: the
+        // journal's newest entry is the head until then.
         let head = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
-        #expect(head.first?.column("value")?.string == "2")
+        #expect(head.first?.column("value")?.string == "0")
+        #expect(try await thread.perform { writer.head } == 2)
 
         try await reader.close()
         try await thread.perform { writer.close() }
-        // The store reopens what the writer committed.
+        // The store reopens what the writer committed, the head read from the journal.
         let store = try await GroupCommitStore.sqlite(directory: directory)
         #expect(try await store.readTodos(id: nil).count == 2)
         #expect(try await store.position().head == 2)
@@ -112,8 +115,7 @@ import Testing
         #expect(titles.map { $0.column("title")?.string } == ["kept"])
         let seqs = try await reader.rows("SELECT seq FROM journal ORDER BY seq", [])
         #expect(seqs.map { $0.column("seq")?.integer } == [1])
-        let head = try await reader.rows("SELECT value FROM meta WHERE key = 'head'", [])
-        #expect(head.first?.column("value")?.string == "1")
+        #expect(try await thread.perform { writer.head } == 1)
 
         // No transaction is left open: the next commit goes through.
         try await thread.perform {
@@ -347,21 +349,23 @@ import Testing
         }
         // Both wait: the journal holds them, with their row ids; the rows hold nothing yet.
         #expect(try await titles(reader).isEmpty)
-        #expect(try await meta("head", reader) == "2")
         #expect(try await meta("materialized", reader) == "0")
         let rowIDs = try await reader.rows("SELECT row_id FROM journal ORDER BY seq", [])
         #expect(rowIDs.map { $0.column("row_id")?.integer } == [1, 2])
 
-        // A third todo passes the limit: the oldest waiting (t1, with its newest change) is written.
+        // A third todo passes the limit: the oldest waiting (t1, with its newest change) is
+        // written. The head and the watermark are stored with a prune (this one drops nothing).
         let edited = Todo(id: first.id, createdAt: created, title: "t1 edited", version: 2)
+        let prune = JournalPrune(head: 4, retention: JournalRetention(maxEntries: 100, maxAgeSeconds: 0), now: 2)
         try await thread.perform {
             try writer.commit(
                 [self.record(seq: 3, rowID: 1, todo: edited), self.record(seq: 4, rowID: 3, todo: third)],
                 recordedAt: 2,
-                prune: nil
+                prune: prune
             )
         }
         #expect(try await titles(reader) == ["t1 edited"])
+        #expect(try await meta("head", reader) == "4")
         #expect(try await meta("materialized", reader) == "1")
         #expect(try await thread.perform { writer.deferredCount } == 2)
 
@@ -369,6 +373,7 @@ import Testing
         try await thread.perform { try writer.writeDeferred() }
         #expect(try await titles(reader) == ["t1 edited", "t2", "t3"])
         #expect(try await meta("materialized", reader) == "4")
+        #expect(try await meta("head", reader) == "4")
         #expect(try await thread.perform { writer.deferredCount } == 0)
         try await reader.close()
         try await thread.perform { writer.close() }
@@ -414,6 +419,33 @@ import Testing
         let reopened = try await GroupCommitStore.sqlite(directory: directory)
         #expect(try await reopened.readTodos(id: nil) == [renamed, done])
         await reopened.close()
+        try await reader.close()
+    }
+
+    /// The head is stored with each prune, so a journal that a prune emptied still says where
+    /// the seqs go on after a stop without a close (kill -9); with entries after the prune, the
+    /// newest of them is the head.
+    @Test func theHeadOutlivesAJournalThatAPruneEmptied() async throws {
+        let thread = StoreThread()
+        let (writer, reader, directory) = try await open(thread)
+        let created = Timestamp(millisecondsSince1970: 1_700_000_000_000)
+        try await commitEach([(1, 1), (2, 2), (3, 3)], writer, thread, created: created)
+        // Every entry goes (the rows hold every change: this writer defers none).
+        let prune = JournalPrune(head: 4, retention: JournalRetention(maxEntries: 0, maxAgeSeconds: 0), now: 4)
+        #expect(try await commitPruning(4, recordedAt: 4, prune, writer, reader, thread, created: created).isEmpty)
+        try await thread.perform { writer.close() }
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await store.position().head == 4)
+        #expect(try await store.readTodos(id: nil).count == 4)
+        let saved = try await create(store, "after the prune")
+        #expect(saved.seq == 5)
+        // Abandoned without a close: the entry after the prune is the head.
+        let next = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await next.position().head == 5)
+        #expect(try await next.readTodos(id: nil).count == 5)
+        #expect(try await create(next, "next").seq == 6)
+        await next.close()
+        await store.close()
         try await reader.close()
     }
 
