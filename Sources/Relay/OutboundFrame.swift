@@ -37,60 +37,145 @@ enum OutboundFrame {
         case .error(let error): (bodyKey, bodyBytes) = (",\"error\":", error.count)
         case .array(let elements): (bodyKey, bodyBytes) = (",\"payload\":", Self.arrayBytes(elements))
         }
-        // Written straight into the frame's buffer, sized once: no writer, and the encoded
-        // body copied once (an array's elements one by one, never joined first). The strings
-        // come from the catalog, the client or the journal, so each is escaped where it needs
-        // it (`writeString`).
-        var textBytes = type.utf8.count + (session?.utf8.count ?? 0) + (mark?.mid.utf8.count ?? 0)
-        if case .string(let text) = correlation { textBytes += text.utf8.count }
-        var buffer = ByteBufferAllocator().buffer(capacity: 128 + textBytes + bodyBytes)
-        buffer.writeStaticString("{")
-        if let seq {
-            buffer.writeStaticString("\"seq\":")
-            buffer.writeString(String(seq))
-            buffer.writeStaticString(",")
-        }
-        buffer.writeStaticString("\"type\":")
-        writeString(type, to: &buffer)
+        // Written straight into the frame's buffer, sized once, with plain copies through one
+        // pointer (a `ByteBuffer` write per piece checked the buffer's size, uniqueness and
+        // exclusive access each time: 1.2 % of the daemon's samples under 64 clients saving
+        // edits). The encoded body is copied once (an array's elements one by one, never joined
+        // first). The strings come from the catalog, the client or the journal, so each is
+        // escaped where it needs it (`JSONText`).
+        let type = JSONText(type)
+        var re: JSONText?
         switch correlation {
-        case .string(let text)?:
-            buffer.writeStaticString(",\"re\":")
-            writeString(text, to: &buffer)
-        case .integer(let number)?:
-            buffer.writeStaticString(",\"re\":")
-            buffer.writeString(String(number))
-        case nil:
-            break
+        case .string(let text)?: re = JSONText(text)
+        case .integer(let number)?: re = .number(String(number))
+        case nil: re = nil
         }
-        if let session {
-            buffer.writeStaticString(",\"session\":")
-            writeString(session, to: &buffer)
-        }
-        if let mark {
-            buffer.writeStaticString(",\"mid\":")
-            writeString(mark.mid, to: &buffer)
-            if let appliedSeq = mark.appliedSeq {
-                buffer.writeStaticString(",\"duplicate\":true,\"applied_seq\":")
-                buffer.writeString(String(appliedSeq))
+        let session = session.map(JSONText.init)
+        let mid = mark.map { JSONText($0.mid) }
+        // Keys and punctuation take at most 96 bytes, and each of the two seqs at most 20.
+        let capacity =
+            160 + bodyBytes + type.byteCount + (re?.byteCount ?? 0) + (session?.byteCount ?? 0)
+            + (mid?.byteCount ?? 0)
+        var buffer = ByteBufferAllocator().buffer(capacity: capacity)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: capacity) { raw in
+            guard let base = raw.baseAddress else { return 0 }
+            var out = RawOutput(base: base)
+            out.put("{")
+            if let seq {
+                out.put("\"seq\":")
+                out.put(decimal: seq)
+                out.put(",")
             }
-        }
-        buffer.writeStaticString(bodyKey)
-        switch body {
-        case .payload(let bytes), .error(let bytes):
-            buffer.writeBytes(bytes)
-        case .array(let elements):
-            buffer.writeStaticString("[")
-            // By index over the array's storage, as `arrayBytes` counts them.
-            elements.withUnsafeBufferPointer { elements in
-                for index in elements.indices {
-                    if index > 0 { buffer.writeStaticString(",") }
-                    _ = elements[index].withUnsafeBufferPointer { buffer.writeBytes($0) }
+            out.put("\"type\":")
+            out.put(type)
+            if let re {
+                out.put(",\"re\":")
+                out.put(re)
+            }
+            if let session {
+                out.put(",\"session\":")
+                out.put(session)
+            }
+            if let mid {
+                out.put(",\"mid\":")
+                out.put(mid)
+                if let appliedSeq = mark?.appliedSeq {
+                    out.put(",\"duplicate\":true,\"applied_seq\":")
+                    out.put(decimal: appliedSeq)
                 }
             }
-            buffer.writeStaticString("]")
+            out.put(bodyKey)
+            switch body {
+            case .payload(let bytes), .error(let bytes):
+                bytes.withUnsafeBytes { out.put($0) }
+            case .array(let elements):
+                out.put("[")
+                // By index over the array's storage, as `arrayBytes` counts them.
+                elements.withUnsafeBufferPointer { elements in
+                    for index in elements.indices {
+                        if index > 0 { out.put(",") }
+                        elements[index].withUnsafeBytes { out.put($0) }
+                    }
+                }
+                out.put("]")
+            }
+            out.put("}\n")
+            return out.count
         }
-        buffer.writeStaticString("}\n")
         return buffer
+    }
+
+    /// A string as a frame writes it: its UTF-8 between quotes when none of its bytes needs an
+    /// escape (the usual case), else as `JSONWriter` escapes it; or a number's digits.
+    private enum JSONText {
+        case plain(String)
+        case escaped([UInt8])
+        case number(String)
+
+        init(_ text: String) {
+            var text = text
+            if text.withUTF8(JSONWriter.needsNoEscape) {
+                self = .plain(text)
+            } else {
+                var writer = JSONWriter(capacity: text.utf8.count + 16)
+                writer.string(text)
+                self = .escaped(writer.bytes)
+            }
+        }
+
+        /// The bytes it takes in the frame.
+        var byteCount: Int {
+            switch self {
+            case .plain(let text): text.utf8.count + 2
+            case .escaped(let bytes): bytes.count
+            case .number(let digits): digits.utf8.count
+            }
+        }
+    }
+
+    /// Copies into memory sized beforehand, counting what it wrote.
+    private struct RawOutput {
+        let base: UnsafeMutableRawPointer
+        var count = 0
+
+        mutating func put(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, bytes.count > 0 else { return }
+            (base + count).copyMemory(from: source, byteCount: bytes.count)
+            count += bytes.count
+        }
+
+        mutating func put(_ text: StaticString) {
+            text.withUTF8Buffer { put(UnsafeRawBufferPointer($0)) }
+        }
+
+        mutating func put(_ text: JSONText) {
+            switch text {
+            case .plain(var text):
+                put("\"")
+                text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
+                put("\"")
+            case .escaped(let bytes):
+                bytes.withUnsafeBytes { put($0) }
+            case .number(var digits):
+                digits.withUTF8 { put(UnsafeRawBufferPointer($0)) }
+            }
+        }
+
+        /// `value`'s decimal digits (at most 20).
+        mutating func put(decimal value: UInt64) {
+            var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+            var remaining = value
+            var length = 0
+            withUnsafeMutableBytes(of: &digits) { scratch in
+                // From the last digit backwards, at the end of the 24 bytes.
+                repeat {
+                    length += 1
+                    scratch[24 - length] = UInt8(ascii: "0") + UInt8(remaining % 10)
+                    remaining /= 10
+                } while remaining > 0
+                put(UnsafeRawBufferPointer(rebasing: scratch[(24 - length)...]))
+            }
+        }
     }
 
     /// The bytes of a JSON array of `elements`, counted by index over the array's storage (a
@@ -101,21 +186,6 @@ enum OutboundFrame {
             for index in elements.indices { total += elements[index].count }
             return total
         }
-    }
-
-    /// Appends `text` as a JSON string: as it is when none of its bytes needs an escape (the
-    /// usual case), through `JSONWriter` otherwise.
-    private static func writeString(_ text: String, to buffer: inout ByteBuffer) {
-        var text = text
-        guard text.withUTF8(JSONWriter.needsNoEscape) else {
-            var writer = JSONWriter(capacity: text.utf8.count + 16)
-            writer.string(text)
-            buffer.writeBytes(writer.bytes)
-            return
-        }
-        buffer.writeStaticString("\"")
-        buffer.writeString(text)
-        buffer.writeStaticString("\"")
     }
 
     static func error(_ code: RelayErrorCode, _ message: String, correlation: CorrelationID?) -> ByteBuffer {
