@@ -214,6 +214,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         let monitors = monitorCount.withLockedValue { $0 } > 0
         // Where each requester lives, and (for monitors' copies) its public id: one look-up.
         var routes: [SessionID: (shard: Int, uuid: String)] = [:]
+        routes.reserveCapacity(requests.count)
         directory.withLockedValue { directory in
             for origin in requests where routes[origin.session] == nil {
                 if let entry = directory[origin.session] { routes[origin.session] = (entry.shard, entry.uuid) }

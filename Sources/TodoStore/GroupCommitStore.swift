@@ -112,6 +112,8 @@ public actor GroupCommitStore: TodoStore, JournalReader {
                     let entry = JournalEntry(seq: seq, type: record.type, payload: record.payload, mid: write.mid)
                     records.append(CommitRecord(rowID: row, todo: todo, entry: entry))
                     if let mid = write.mid { stagedMids[mid] = entry }
+                    // Sized once for the batch at its first write, not grown write by write.
+                    if staged.isEmpty { staged.reserveCapacity(batch.count) }
                     staged[todo.id] = (row, todo)
                     answers.append(
                         .write(.success(SavedTodo(todo: todo, seq: seq, broadcastPayload: record.payload)))
