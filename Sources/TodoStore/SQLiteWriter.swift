@@ -193,8 +193,8 @@ final class SQLiteWriter: @unchecked Sendable {
 
     /// Commits the batch in one transaction: each journal entry appended (recorded at
     /// `recordedAt`, with its todo's row id), the rows of the todos that `DeferredRows` says are
-    /// due saved, the head moved to the last entry's seq and the watermark to what the rows
-    /// hold, and with `prune` the journal entries it names dropped (none past the watermark).
+    /// due saved, and with `prune` the head and the watermark stored and the journal entries it
+    /// names dropped (none past the watermark).
     /// Durable when it returns; on a throw nothing of it is stored.
     func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
