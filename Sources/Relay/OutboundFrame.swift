@@ -52,10 +52,12 @@ enum OutboundFrame {
         }
         let session = session.map(JSONText.init)
         let mid = mark.map { JSONText($0.mid) }
-        // Keys and punctuation take at most 96 bytes, and each of the two seqs at most 20.
+        let seq = seq.map { JSONText.number(String($0)) }
+        let appliedSeq = mark?.appliedSeq.map { JSONText.number(String($0)) }
+        // Keys and punctuation take at most 96 bytes.
         let capacity =
-            160 + bodyBytes + type.byteCount + (re?.byteCount ?? 0) + (session?.byteCount ?? 0)
-            + (mid?.byteCount ?? 0)
+            96 + bodyBytes + type.byteCount + (re?.byteCount ?? 0) + (session?.byteCount ?? 0)
+            + (mid?.byteCount ?? 0) + (seq?.byteCount ?? 0) + (appliedSeq?.byteCount ?? 0)
         var buffer = ByteBufferAllocator().buffer(capacity: capacity)
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: capacity) { raw in
             guard let base = raw.baseAddress else { return 0 }
@@ -63,7 +65,7 @@ enum OutboundFrame {
             out.put("{")
             if let seq {
                 out.put("\"seq\":")
-                out.put(decimal: seq)
+                out.put(seq)
                 out.put(",")
             }
             out.put("\"type\":")
@@ -79,9 +81,9 @@ enum OutboundFrame {
             if let mid {
                 out.put(",\"mid\":")
                 out.put(mid)
-                if let appliedSeq = mark?.appliedSeq {
+                if let appliedSeq {
                     out.put(",\"duplicate\":true,\"applied_seq\":")
-                    out.put(decimal: appliedSeq)
+                    out.put(appliedSeq)
                 }
             }
             out.put(bodyKey)
@@ -158,22 +160,6 @@ enum OutboundFrame {
                 bytes.withUnsafeBytes { put($0) }
             case .number(var digits):
                 digits.withUTF8 { put(UnsafeRawBufferPointer($0)) }
-            }
-        }
-
-        /// `value`'s decimal digits (at most 20).
-        mutating func put(decimal value: UInt64) {
-            var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-            var remaining = value
-            var length = 0
-            withUnsafeMutableBytes(of: &digits) { scratch in
-                // From the last digit backwards, at the end of the 24 bytes.
-                repeat {
-                    length += 1
-                    scratch[24 - length] = UInt8(ascii: "0") + UInt8(remaining % 10)
-                    remaining /= 10
-                } while remaining > 0
-                put(UnsafeRawBufferPointer(rebasing: scratch[(24 - length)...]))
             }
         }
     }

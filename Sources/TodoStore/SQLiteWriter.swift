@@ -77,7 +77,7 @@ final class SQLiteWriter: @unchecked Sendable {
     /// (after a clock set back, an entry stamped older than the one before it waits for its
     /// turn), so this reads only the entries the prune drops and one more, with no index on
     /// `recorded_at` to keep up at every commit (schema step 11).
-    static let agePruneSQL = "SELECT seq FROM journal WHERE recorded_at >= ?1 ORDER BY seq LIMIT 1"
+    static let firstRecentSQL = "SELECT seq FROM journal WHERE recorded_at >= ?1 ORDER BY seq LIMIT 1"
 
     /// The size the WAL file is cut back to when it starts over (`PRAGMA journal_size_limit`).
     static let walSizeLimitBytes = 64 << 20
@@ -178,7 +178,7 @@ final class SQLiteWriter: @unchecked Sendable {
                 ),
                 // Never past the watermark: an entry whose change is not in its row yet stays.
                 pruneBefore: try writer.prepare("DELETE FROM journal WHERE seq < ?1 AND seq <= ?2"),
-                firstRecent: try writer.prepare(agePruneSQL),
+                firstRecent: try writer.prepare(firstRecentSQL),
                 readMeta: try writer.prepare("SELECT value FROM meta WHERE key = ?1"),
                 readAfter: try writer.prepare(
                     "SELECT seq, payload, row_id, recorded_at FROM journal WHERE seq > ?1 ORDER BY seq"
@@ -237,11 +237,12 @@ final class SQLiteWriter: @unchecked Sendable {
                 try bind(statements.pruneBefore, 1, keepFrom)
                 try bind(statements.pruneBefore, 2, Int64(watermark))
                 try run(statements.pruneBefore)
-                if prune.cutoff != nil {
-                    agePruneSteps = [statements.firstRecent, statements.pruneBefore].reduce(0) {
-                        $0 + Int(sqlite_nio_sqlite3_stmt_status($1, SQLITE_STMTSTATUS_VM_STEP, 1))
-                    }
-                }
+                // Read and reset after every prune, so that one by count only adds nothing to
+                // the next prune by age's count.
+                let steps =
+                    sqlite_nio_sqlite3_stmt_status(statements.firstRecent, SQLITE_STMTSTATUS_VM_STEP, 1)
+                    + sqlite_nio_sqlite3_stmt_status(statements.pruneBefore, SQLITE_STMTSTATUS_VM_STEP, 1)
+                if prune.cutoff != nil { agePruneSteps = Int(steps) }
             }
         }
         head = newHead
@@ -358,7 +359,7 @@ final class SQLiteWriter: @unchecked Sendable {
     }
 
     /// The seq of the oldest entry recorded at or after `cutoff` that comes after only entries
-    /// recorded before it (`agePruneSQL`); nil when every entry was recorded before it.
+    /// recorded before it (`firstRecentSQL`); nil when every entry was recorded before it.
     private func firstEntry(recordedFrom cutoff: Int64, _ statements: Statements) throws -> Int64? {
         let read = statements.firstRecent
         defer {

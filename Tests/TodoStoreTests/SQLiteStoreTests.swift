@@ -282,7 +282,7 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
             storage: .file(path: (directory as NSString).appendingPathComponent(SQLiteBackend.fileName))
         )
         // In seq order, with no sort: it can stop at the first entry it finds.
-        let plan = try await connection.rows("EXPLAIN QUERY PLAN " + SQLiteWriter.agePruneSQL, [.integer(1)])
+        let plan = try await connection.rows("EXPLAIN QUERY PLAN " + SQLiteWriter.firstRecentSQL, [.integer(1)])
         let details = plan.compactMap { $0.column("detail")?.string }
         #expect(details == ["SCAN journal"], "\(details)")
         let indexes = try await connection.rows("SELECT name FROM sqlite_master WHERE type = 'index'", [])
