@@ -106,7 +106,15 @@ final class DaemonConnection: LineConnection {
                 markReady()
             }
         case "pong":
-            if mode == .subscriber || mode == .slowSubscriber { markReady() }
+            if mode == .subscriber || mode == .slowSubscriber {
+                markReady()
+            } else if let reAt = line.firstIndex(of: #","re":"#, limit: 40), let (id, _) = line.decimal(at: reAt + 6),
+                var request = pending[id]
+            {
+                // A requester's ping (`--publish ping`).
+                request.awaitingReply = false
+                progressed(id: id, request, now: now)
+            }
         case "unsubscribed":
             sendCreations()
         case "error":

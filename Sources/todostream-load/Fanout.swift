@@ -71,6 +71,9 @@ struct Fanout: AsyncParsableCommand {
         guard subscriberPorts.isEmpty || common.target == .todostreamd else {
             throw ValidationError("--subscriber-port applies to todostreamd only.")
         }
+        guard publish != .ping else {
+            throw ValidationError("--publish ping applies to request only (a pong is no broadcast).")
+        }
         guard publish != .mixed || common.target == .todostreamd else {
             throw ValidationError("--publish mixed applies to todostreamd only.")
         }

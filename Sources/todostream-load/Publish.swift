@@ -10,11 +10,14 @@ enum PublishKind: String, ExpressibleByArgument, Sendable, CaseIterable {
     case edit
     /// The six view requests in a frontend's proportions (`RequestKind.mix`).
     case mixed
+    /// `request` only: the `ping` operation, answered by its `pong`. It never reaches the
+    /// sequencer, so it measures the connection's own path (read, parse, answer, write).
+    case ping
 
     /// The text of `--help`.
     static let helpText = ArgumentHelp(
-        "todostreamd: toggle, edit or mixed (see the discussion above).",
-        valueName: "toggle|edit|mixed"
+        "todostreamd: toggle, edit, mixed or (request only) ping (see the discussion above).",
+        valueName: "toggle|edit|mixed|ping"
     )
 
     /// The discussion paragraph shared by `fanout --help` and `request --help`.
@@ -29,7 +32,9 @@ enum PublishKind: String, ExpressibleByArgument, Sendable, CaseIterable {
         5 RequestNewTodoDetailViewModel (reply), 30 RequestUpdateDetailViewModel (reply + broadcast \
         copy; 3 of them restores with "deleted":false sent right after each delete), 12 \
         RequestToggleCompleteTodoViewModel (broadcast copy) and 3 RequestDeleteTodoViewModel (broadcast \
-        copy), interleaved evenly. A request is answered when every frame it causes for its sender has \
+        copy), interleaved evenly. ping (request only) sends the ping operation, answered by its pong: \
+        it never reaches the sequencer, so it measures a connection's own path alone (read, parse, \
+        answer, write). A request is answered when every frame it causes for its sender has \
         arrived; an error (a response with "error", or op "error") is an answer too, counted as failed \
         and reported by code. Each client first creates its todo (a save of a fresh lowercase UUID). \
         Peers send --payload-bytes messages whatever --publish says (edit only labels their result so \
@@ -47,6 +52,8 @@ enum RequestKind: Int, CaseIterable, Sendable {
     case delete
     /// An update with `"deleted":false`, sent right after a delete.
     case restore
+    /// The `ping` operation (not an event): its `pong` answers it.
+    case ping
 
     /// The name in results (`by_kind`).
     var name: String {
@@ -58,6 +65,7 @@ enum RequestKind: Int, CaseIterable, Sendable {
         case .toggle: "toggle"
         case .delete: "delete"
         case .restore: "restore"
+        case .ping: "ping"
         }
     }
 
@@ -70,13 +78,14 @@ enum RequestKind: Int, CaseIterable, Sendable {
         case .update, .restore: "RequestUpdateDetailViewModel"
         case .toggle: "RequestToggleCompleteTodoViewModel"
         case .delete: "RequestDeleteTodoViewModel"
+        case .ping: ""
         }
     }
 
     /// Whether a reply (a frame with `re`, without `seq`) answers it.
     var expectsReply: Bool {
         switch self {
-        case .list, .detail, .new, .update, .restore: true
+        case .list, .detail, .new, .update, .restore, .ping: true
         case .toggle, .delete: false
         }
     }
@@ -85,7 +94,7 @@ enum RequestKind: Int, CaseIterable, Sendable {
     var expectsBroadcast: Bool {
         switch self {
         case .update, .restore, .toggle, .delete: true
-        case .list, .detail, .new: false
+        case .list, .detail, .new, .ping: false
         }
     }
 
@@ -128,6 +137,7 @@ struct RequestSchedule {
         switch publish {
         case .toggle: return .toggle
         case .edit: return .update
+        case .ping: return .ping
         case .mixed:
             let kind = RequestKind.mix[position]
             position = (position + 1) % RequestKind.mix.count
@@ -140,6 +150,7 @@ struct RequestSchedule {
         switch publish {
         case .toggle: .toggle
         case .edit: .update
+        case .ping: .ping
         case .mixed: RequestKind.mix[position]
         }
     }
@@ -156,7 +167,9 @@ struct DaemonRequestWriter {
         self.todoIDs = todoIDs.map { Array($0.utf8) }
         subtitleFiller = max(subtitleBytes - Self.counterDigits, 0)
         prefixes = RequestKind.allCases.map {
-            Array(#"{"type":""#.utf8) + Array($0.type.utf8) + Array(#"","id":"#.utf8)
+            $0 == .ping
+                ? Array(#"{"op":"ping","id":"#.utf8)
+                : Array(#"{"type":""#.utf8) + Array($0.type.utf8) + Array(#"","id":"#.utf8)
         }
     }
 
@@ -177,7 +190,7 @@ struct DaemonRequestWriter {
         buffer.writeBytes(prefix)
         buffer.writeString(String(id))
         switch kind {
-        case .list, .new:
+        case .list, .new, .ping:
             buffer.writeString("}\n")
         case .detail, .toggle, .delete:
             buffer.writeString(#","payload":{"todo":{"id":""#)

@@ -77,6 +77,9 @@ struct Request: AsyncParsableCommand {
         guard todosPerClient == 1 || common.target == .todostreamd else {
             throw ValidationError("--todos-per-client applies to todostreamd only.")
         }
+        guard publish != .ping || common.target == .todostreamd else {
+            throw ValidationError("--publish ping applies to todostreamd only.")
+        }
         guard publish != .mixed || common.target == .todostreamd else {
             throw ValidationError("--publish mixed applies to todostreamd only.")
         }
@@ -287,7 +290,7 @@ struct Request: AsyncParsableCommand {
     static func byKind(_ stats: LoopSnapshot, seconds: Double) -> Report.Value {
         let total = stats.kinds.reduce(0) { $0 + $1.answered + $1.failed }
         var kinds: [(String, Report.Value)] = []
-        for kind in RequestKind.allCases {
+        for kind in RequestKind.allCases where RequestKind.mix.contains(kind) {
             let counts = stats.kinds[kind.rawValue]
             let h = counts.latency
             let share = total > 0 ? Double(counts.answered + counts.failed) / Double(total) : 0

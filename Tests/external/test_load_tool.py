@@ -83,3 +83,28 @@ def test_several_todos_per_client_apply_to_todostreamd_only():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode != 0 and "--todos-per-client applies to todostreamd only" in done.stderr, done.stderr
+
+
+@pytest.mark.daemon_args("--rate-limit", "1000000")
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_pings_are_each_answered_by_their_pong_and_commit_nothing(daemon, transport):
+    with LineClient(daemon.tcp_port) as client:
+        before = len(list_todos(client))
+    result = run_load(
+        "request", "--target", "todostreamd", "--transport", transport, "--port", str(port_for(daemon, transport)),
+        "--clients", "3", "--duration", "1", "--publish", "ping",
+    )
+    assert result["publish"] == "ping", result
+    assert result["requests"] > 0 and result["latency_samples"] > 0, result
+    assert result["failed"] == 0 and result["errors"] == {} and result["closed_by_server"] == 0, result
+    # Only the clients' setup saved anything (one todo each): a ping is no write.
+    with LineClient(daemon.tcp_port) as client:
+        assert len(list_todos(client)) == before + 3
+
+
+def test_pings_apply_to_requests_only():
+    done = subprocess.run(
+        [load_binary(), "fanout", "--target", "todostreamd", "--port", "1", "--publish", "ping"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--publish ping applies to request only" in done.stderr, done.stderr
