@@ -2,8 +2,10 @@ import NIOCore
 
 /// A client of nats-server speaking its plain text protocol.
 final class NatsConnection: LineConnection {
-    /// Requesters publish to and subscribe to a subject of their own.
+    /// Requesters publish to and subscribe to a subject of their own ...
     var requestSubject = "r.0"
+    /// ... or, with `--publish ping`, send `PING` and wait for the server's `PONG`.
+    private var pings: Bool { mode == .requester && settings.publish == .ping }
 
     override func handleLine(_ line: UnsafeRawBufferPointer, now: UInt64) {
         guard let first = line.first else { return }
@@ -16,7 +18,11 @@ final class NatsConnection: LineConnection {
             if line.hasPrefix("PING") {
                 send("PONG\r\n")
             } else if line.hasPrefix("PONG") {
-                markReady()
+                if pings, isReady {
+                    requestCompleted(id: nil, now: now, failed: false)
+                } else {
+                    markReady()
+                }
             }
         case UInt8(ascii: "I"):
             if line.hasPrefix("INFO") { sendConnect() }
@@ -32,7 +38,7 @@ final class NatsConnection: LineConnection {
         var text = #"CONNECT {"verbose":false,"pedantic":false}"# + "\r\n"
         switch mode {
         case .subscriber, .slowSubscriber: text += "SUB \(settings.subject) 1\r\n"
-        case .requester: text += "SUB \(requestSubject) 1\r\n"
+        case .requester where !pings: text += "SUB \(requestSubject) 1\r\n"
         default: break
         }
         send(text + "PING\r\n")
@@ -51,7 +57,11 @@ final class NatsConnection: LineConnection {
     }
 
     override func writeRequest(id: Int, time: UInt64) {
-        writeMessage(subject: requestSubject, time: time, seq: id)
+        if pings {
+            send("PING\r\n")
+        } else {
+            writeMessage(subject: requestSubject, time: time, seq: id)
+        }
         flushIfNeeded()
     }
 }

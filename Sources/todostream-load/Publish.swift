@@ -11,7 +11,8 @@ enum PublishKind: String, ExpressibleByArgument, Sendable, CaseIterable {
     /// The six view requests in a frontend's proportions (`RequestKind.mix`).
     case mixed
     /// `request` only: the `ping` operation, answered by its `pong`. It never reaches the
-    /// sequencer, so it measures the connection's own path (read, parse, answer, write).
+    /// sequencer, so it measures the connection's own path (read, parse, answer, write). The
+    /// peers get their own `PING`, answered by `PONG`.
     case ping
 
     /// The text of `--help`.
@@ -34,11 +35,11 @@ enum PublishKind: String, ExpressibleByArgument, Sendable, CaseIterable {
         RequestToggleCompleteTodoViewModel (broadcast copy) and 3 RequestDeleteTodoViewModel (broadcast \
         copy), interleaved evenly. ping (request only) sends the ping operation, answered by its pong: \
         it never reaches the sequencer, so it measures a connection's own path alone (read, parse, \
-        answer, write). A request is answered when every frame it causes for its sender has \
+        answer, write); to the peers it sends their PING, answered by PONG. A request is answered when every frame it causes for its sender has \
         arrived; an error (a response with "error", or op "error") is an answer too, counted as failed \
         and reported by code. Each client first creates its todo (a save of a fresh lowercase UUID). \
-        Peers send --payload-bytes messages whatever --publish says (edit only labels their result so \
-        that it pairs with todostreamd's); mixed is todostreamd's only.
+        Peers send --payload-bytes messages whatever --publish says but ping (edit only labels their \
+        result so that it pairs with todostreamd's); mixed is todostreamd's only.
         """
 }
 

@@ -19,6 +19,8 @@ final class RedisConnection: LineConnection {
     private var setPrefix: ByteBuffer?
 
     private var isDurable: Bool { mode == .requester && durableKey != nil }
+    /// A requester that sends `PING` on its one connection and waits for `+PONG` (`--publish ping`).
+    private var pings: Bool { mode == .requester && durableKey == nil && settings.publish == .ping }
 
     override func didConnect() {
         switch mode {
@@ -26,6 +28,8 @@ final class RedisConnection: LineConnection {
         case .requester:
             if isDurable {
                 send("CONFIG GET appendonly\r\nCONFIG GET appendfsync\r\nPING\r\n")
+            } else if pings {
+                send("PING\r\n")
             } else {
                 send("SUBSCRIBE \(requestChannel)\r\n")
             }
@@ -47,11 +51,15 @@ final class RedisConnection: LineConnection {
             if line.hasPrefix("+OK") {
                 if isDurable, isReady { requestCompleted(id: nil, now: now, failed: false) }
             } else if line.hasPrefix("+PONG") {
-                markReady()
+                if pings, isReady {
+                    requestCompleted(id: nil, now: now, failed: false)
+                } else {
+                    markReady()
+                }
             }
         case UInt8(ascii: "-"):
             stats.countError("redis: " + String(decoding: line.prefix(80), as: UTF8.self))
-            if isDurable, isReady {
+            if isDurable || pings, isReady {
                 requestCompleted(id: nil, now: now, failed: true)
             } else if isDurable, line.firstIndex(of: "CONFIG") != nil || line.firstIndex(of: "config") != nil {
                 // CONFIG refused or renamed away: the durability settings stay unknown.
@@ -87,6 +95,11 @@ final class RedisConnection: LineConnection {
     }
 
     override func writeRequest(id: Int, time: UInt64) {
+        if pings {
+            send("PING\r\n")
+            flushIfNeeded()
+            return
+        }
         if let durableKey {
             // SET key value, the value --payload-bytes long (it changes with every request).
             let size = max(settings.payloadBytes, PeerPayload.headerBytes)

@@ -68,6 +68,9 @@ struct Request: AsyncParsableCommand {
         guard duration > 0, duration <= 600, warmup >= 0, warmup <= 60 else {
             throw ValidationError("--duration ≤ 600 s and --warmup ≤ 60 s.")
         }
+        guard !durable || publish != .ping else {
+            throw ValidationError("--durable and --publish ping exclude each other.")
+        }
         guard !durable || common.target == .redis else {
             throw ValidationError("--durable applies to redis only (todostreamd's writes are always durable).")
         }
@@ -76,9 +79,6 @@ struct Request: AsyncParsableCommand {
         }
         guard todosPerClient == 1 || common.target == .todostreamd else {
             throw ValidationError("--todos-per-client applies to todostreamd only.")
-        }
-        guard publish != .ping || common.target == .todostreamd else {
-            throw ValidationError("--publish ping applies to todostreamd only.")
         }
         guard publish != .mixed || common.target == .todostreamd else {
             throw ValidationError("--publish mixed applies to todostreamd only.")
@@ -106,6 +106,7 @@ struct Request: AsyncParsableCommand {
         var failures: [String: Int] = [:]
         var requesters: [ConnectionHandle] = []
         let subscribed = self.subscribed
+        let durable = self.durable
         for client in 0..<clients {
             let loop = group.next()
             var settings = common.settings(
@@ -137,14 +138,16 @@ struct Request: AsyncParsableCommand {
                     ).get()
                     requesters.append(handle)
                     handles.append(handle)
-                case .redis where durable:
+                case .redis where durable || publish == .ping:
                     let key = "key:\(client)"
                     let handle = try await connector.connect(
                         index: client,
                         mode: .requester,
                         settings: settings,
                         on: loop,
-                        configure: { ($0 as? RedisConnection)?.durableKey = key }
+                        configure: { connection in
+                            if durable { (connection as? RedisConnection)?.durableKey = key }
+                        }
                     ).get()
                     requesters.append(handle)
                     handles.append(handle)
@@ -260,6 +263,8 @@ struct Request: AsyncParsableCommand {
         let what: String
         if durable {
             what = "durable SET, appendfsync \(redisSettings.appendFsync ?? "?")"
+        } else if publish == .ping {
+            what = "ping"
         } else if common.target == .todostreamd {
             what = todosPerClient == 1 ? publish.rawValue : "\(publish.rawValue), \(todosPerClient) todos each"
         } else {

@@ -94,15 +94,19 @@ struct Summarize: ParsableCommand {
             ratioFields: ["clients"],
             ratios: &ratios
         )
-        md += section(
+        md += clientsSection(
+            "Pings: each client sends a ping and waits for its pong",
+            rows: requests.filter { publish($0) == "ping" },
+            ratioFields: ["clients", "publish"],
+            ratios: &ratios,
+            preface: "todostreamd's `ping` operation and the peers' `PING`: a connection's own path (read, parse, "
+                + "answer, write), which on todostreamd never reaches the sequencer. The floor under every request.\n"
+        )
+        md += clientsSection(
             "Durable requests: todostreamd edits (reply + own broadcast copy) against redis SET with appendfsync always",
             rows: requests.filter {
                 isDurable($0) || (serverName($0).hasPrefix("todostreamd") && publish($0) == "edit")
             },
-            configTitle: "clients",
-            config: byInteger("clients"),
-            metric: ("requests_per_s", "requests/s"),
-            extra: latencyColumns + [failedColumn, cpuColumn("server_cpu_us_per_request", "server CPU µs/request")],
             ratioFields: ["clients", "publish", "durable"],
             ratios: &ratios,
             ratioMetrics: ["p99_ms", "p999_ms"],
@@ -112,13 +116,9 @@ struct Summarize: ParsableCommand {
                 + "(`--appendonly yes --appendfsync always`). 1 client: sequential requests.\n"
         )
         let mixed = requests.filter { publish($0) == "mixed" }
-        md += section(
+        md += clientsSection(
             "Mixed view requests: each client sends a frontend's mix of the six view requests",
             rows: mixed,
-            configTitle: "clients",
-            config: byInteger("clients"),
-            metric: ("requests_per_s", "requests/s"),
-            extra: latencyColumns + [failedColumn, cpuColumn("server_cpu_us_per_request", "server CPU µs/request")],
             ratioFields: ["clients", "publish"],
             ratios: &ratios,
             preface: "Per 100 requests: 40 list, 10 detail, 5 new, 30 update (3 of them restores right after a "
@@ -218,6 +218,30 @@ struct Summarize: ParsableCommand {
     /// A table with one row per (configuration, server) and the ratio of todostreamd to each
     /// peer for `metric` (and `ratioMetrics`); `ratioFields` are copied from the rows into
     /// each ratio entry.
+    /// A section of request rows by client count, with their failures and the server's CPU per
+    /// request.
+    private func clientsSection(
+        _ title: String,
+        rows: [Row],
+        ratioFields: [String],
+        ratios: inout [Row],
+        ratioMetrics: [String] = [],
+        preface: String
+    ) -> String {
+        section(
+            title,
+            rows: rows,
+            configTitle: "clients",
+            config: byInteger("clients"),
+            metric: ("requests_per_s", "requests/s"),
+            extra: latencyColumns + [failedColumn, cpuColumn("server_cpu_us_per_request", "server CPU µs/request")],
+            ratioFields: ratioFields,
+            ratios: &ratios,
+            ratioMetrics: ratioMetrics,
+            preface: preface
+        )
+    }
+
     private func section(
         _ title: String,
         rows: [Row],

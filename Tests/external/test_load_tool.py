@@ -4,13 +4,18 @@ with answers, no failures, no gaps and no errors on either transport (its WebSoc
 frames itself; a framing mistake shows up here as errors, gaps or nothing delivered).
 
 The binary is $TODOSTREAM_LOAD, else <repo>/.build/debug/todostream-load; a missing binary FAILS.
+The peers' pings run against real redis-server and nats-server (Debian's packages, installed by
+scripts/install-test-tools); a missing server FAILS.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+import time
 
 import pytest
 
@@ -108,3 +113,57 @@ def test_pings_apply_to_requests_only():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode != 0 and "--publish ping applies to request only" in done.stderr, done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_peer(server: str, tmp_path) -> tuple[subprocess.Popen, int]:
+    binary = shutil.which("redis-server" if server == "redis" else "nats-server")
+    if binary is None:
+        pytest.fail(f"{server}-server is not installed: run scripts/install-test-tools", pytrace=False)
+    port = _free_port()
+    if server == "redis":
+        # The load tool connects from 127.0.0.2 onwards, which protected mode refuses.
+        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", str(tmp_path),
+                   "--save", ""]
+    else:
+        command = [binary, "-a", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"{server}-server did not start on port {port}", pytrace=False)
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("server", ["redis", "nats"])
+def test_the_peers_answer_their_own_pings(server, tmp_path):
+    process, port = _start_peer(server, tmp_path)
+    try:
+        result = run_load(
+            "request", "--target", server, "--port", str(port), "--pid", str(process.pid),
+            "--clients", "3", "--duration", "1", "--publish", "ping",
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert result["publish"] == "ping", result
+    assert result["requests"] > 0 and result["latency_samples"] > 0, result
+    assert result["failed"] == 0 and result["errors"] == {}, result
+
+
+def test_a_durable_ping_is_refused():
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "redis", "--port", "1", "--durable", "--publish", "ping"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--durable and --publish ping exclude each other" in done.stderr, done.stderr
