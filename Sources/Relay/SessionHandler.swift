@@ -923,17 +923,24 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 /// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
 /// recognised eight bytes at a time (no byte with its high bit set).
 func isValidUTF8(_ bytes: [UInt8]) -> Bool {
-    let ascii = bytes.withUnsafeBytes { raw -> Bool in
-        var index = 0
-        while index + 8 <= raw.count {
-            if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
-            index += 8
-        }
-        while index < raw.count {
-            if raw[index] >= 0x80 { return false }
-            index += 1
-        }
-        return true
+    bytes.withUnsafeBytes(isASCII) || String(validating: bytes, as: UTF8.self) != nil
+}
+
+/// The same for a buffer's readable bytes (a WebSocket message's text).
+func isValidUTF8(_ buffer: ByteBuffer) -> Bool {
+    buffer.withUnsafeReadableBytes(isASCII) || String(validating: buffer.readableBytesView, as: UTF8.self) != nil
+}
+
+/// Whether no byte has its high bit set, looked at eight bytes at a time.
+private func isASCII(_ raw: UnsafeRawBufferPointer) -> Bool {
+    var index = 0
+    while index + 8 <= raw.count {
+        if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+        index += 8
     }
-    return ascii || String(validating: bytes, as: UTF8.self) != nil
+    while index < raw.count {
+        if raw[index] >= 0x80 { return false }
+        index += 1
+    }
+    return true
 }

@@ -82,6 +82,14 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             messageBytes = 0
             messageOversized = false
             messageCompressed = frame.rsv1
+            if frame.fin {
+                // A message in one frame, the usual case: its unmasked bytes are the message, not
+                // copied again into a buffer of its own.
+                messageBytes = frame.length
+                if messageBytes > hardCap { return fail(context, .messageTooLarge) }
+                messageOversized = messageBytes > maxFrameBytes
+                return finish(context, messageOversized ? ByteBuffer() : frame.unmaskedData)
+            }
             message = context.channel.allocator.buffer(capacity: frame.length)
             append(context, frame)
         case .continuation:
@@ -103,8 +111,14 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             var data = frame.unmaskedData
             message?.writeBuffer(&data)
         }
-        guard frame.fin, var complete = message else { return }
+        guard frame.fin, let complete = message else { return }
         message = nil
+        finish(context, complete)
+    }
+
+    /// A whole message has arrived (`complete`: its bytes, unless it was too large).
+    private func finish(_ context: ChannelHandlerContext, _ complete: ByteBuffer) {
+        var complete = complete
         if messageOpcode == .binary {
             return context.fireChannelRead(wrapInboundOut(.binary))
         }
@@ -118,7 +132,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
             }
         }
-        if String(validating: complete.readableBytesView, as: UTF8.self) == nil {
+        if !isValidUTF8(complete) {
             fail(context, .dataInconsistentWithMessage)
         } else {
             context.fireChannelRead(wrapInboundOut(.frame(complete)))

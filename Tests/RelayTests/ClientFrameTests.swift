@@ -1,4 +1,5 @@
 import EventStream
+import NIOCore
 import Testing
 
 @testable import Relay
@@ -126,5 +127,20 @@ import Testing
         #expect(!isValidUTF8(ascii + [0xC3]))
         // An overlong encoding of "/".
         #expect(!isValidUTF8(ascii + [0xC0, 0xAF]))
+    }
+
+    /// A WebSocket message's text is checked in its buffer, from its reader index on: the
+    /// same answers as for its bytes.
+    @Test func aBufferGetsTheSameAnswersFromItsReadableBytes() {
+        let samples: [[UInt8]] = [
+            [], Array("{\"a\":\"12345678\"}".utf8), Array("日本語のタイトル".utf8), Array("{\"a\":1}".utf8) + [0xFF],
+            Array("{\"title\":\"abcdefgh\"}".utf8) + [0xC3], [0xC0, 0xAF],
+        ]
+        for bytes in samples {
+            var buffer = ByteBuffer(bytes: [0xFF, 0xFE] + bytes)
+            buffer.moveReaderIndex(forwardBy: 2)
+            #expect(isValidUTF8(buffer) == isValidUTF8(bytes), "\(bytes)")
+        }
+        #expect(!isValidUTF8(ByteBuffer(bytes: [0x7B, 0xFF])))
     }
 }

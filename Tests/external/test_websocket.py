@@ -148,6 +148,17 @@ def test_invalid_utf8_text_is_closed_1007(raw):
     assert code == 1007, code
 
 
+def test_text_beyond_ascii_in_one_frame_and_in_fragments_round_trips(raw):
+    # One frame (read as it arrived) and the same text split inside a character (joined first).
+    raw.send_text('{"op":"ping","id":"Grüße ☕ 𝄞"}')
+    assert raw.recv_json() == {"op": "pong", "re": "Grüße ☕ 𝄞"}
+    text = '{"op":"ping","id":"ß☕"}'.encode()
+    cut = text.index("☕".encode()) + 1
+    raw.send_frame(1, text[:cut], fin=False)
+    raw.send_frame(0, text[cut:])
+    assert raw.recv_json() == {"op": "pong", "re": "ß☕"}
+
+
 def test_invalid_utf8_split_across_fragments_is_closed_1007(raw):
     raw.send_frame(1, b'{"op":"ping","id":"\xe2\x82', fin=False)
     raw.send_frame(0, b'("}')
