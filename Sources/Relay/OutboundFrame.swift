@@ -68,24 +68,12 @@ enum OutboundFrame {
                 out.put(seq)
                 out.put(",")
             }
-            out.put("\"type\":")
-            out.put(type)
-            if let re {
-                out.put(",\"re\":")
-                out.put(re)
-            }
-            if let session {
-                out.put(",\"session\":")
-                out.put(session)
-            }
-            if let mid {
-                out.put(",\"mid\":")
-                out.put(mid)
-                if let appliedSeq {
-                    out.put(",\"duplicate\":true,\"applied_seq\":")
-                    out.put(appliedSeq)
-                }
-            }
+            out.put("\"type\":", type)
+            out.put(",\"re\":", re)
+            out.put(",\"session\":", session)
+            // A mark's applied seq comes with its mid.
+            out.put(",\"mid\":", mid)
+            out.put(",\"duplicate\":true,\"applied_seq\":", appliedSeq)
             out.put(bodyKey)
             switch body {
             case .payload(let bytes), .error(let bytes):
@@ -148,6 +136,13 @@ enum OutboundFrame {
 
         mutating func put(_ text: StaticString) {
             text.withUTF8Buffer { put(UnsafeRawBufferPointer($0)) }
+        }
+
+        /// `key` and `value`, when there is a value.
+        mutating func put(_ key: StaticString, _ value: JSONText?) {
+            guard let value else { return }
+            put(key)
+            put(value)
         }
 
         mutating func put(_ text: JSONText) {

@@ -108,12 +108,9 @@ final class DaemonConnection: LineConnection {
         case "pong":
             if mode == .subscriber || mode == .slowSubscriber {
                 markReady()
-            } else if let reAt = line.firstIndex(of: #","re":"#, limit: 40), let (id, _) = line.decimal(at: reAt + 6),
-                var request = pending[id]
-            {
+            } else {
                 // A requester's ping (`--publish ping`).
-                request.awaitingReply = false
-                progressed(id: id, request, now: now)
+                replyArrived(line, reBefore: line.count, now: now)
             }
         case "unsubscribed":
             sendCreations()
@@ -132,7 +129,12 @@ final class DaemonConnection: LineConnection {
             return
         }
         // Replies to the setup (the creation's ResponseUpdateDetailViewModel, "re":"c") need nothing.
-        guard let reAt = line.firstIndex(of: #","re":"#, limit: payloadAt),
+        replyArrived(line, reBefore: payloadAt, now: now)
+    }
+
+    /// The reply (or pong) to the request its `re` names, looked for before `limit`, arrived.
+    private func replyArrived(_ line: UnsafeRawBufferPointer, reBefore limit: Int, now: UInt64) {
+        guard let reAt = line.firstIndex(of: #","re":"#, limit: limit),
             let (id, _) = line.decimal(at: reAt + 6),
             var request = pending[id]
         else { return }

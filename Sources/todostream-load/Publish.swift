@@ -35,8 +35,8 @@ enum PublishKind: String, ExpressibleByArgument, Sendable, CaseIterable {
         RequestToggleCompleteTodoViewModel (broadcast copy) and 3 RequestDeleteTodoViewModel (broadcast \
         copy), interleaved evenly. ping (request only) sends the ping operation, answered by its pong: \
         it never reaches the sequencer, so it measures a connection's own path alone (read, parse, \
-        answer, write); to the peers it sends their PING, answered by PONG. A request is answered when every frame it causes for its sender has \
-        arrived; an error (a response with "error", or op "error") is an answer too, counted as failed \
+        answer, write); to the peers it sends their PING, answered by PONG. A request is answered \
+        when every frame it causes for its sender has arrived; an error (a response with "error", or op "error") is an answer too, counted as failed \
         and reported by code. Each client first creates its todo (a save of a fresh lowercase UUID). \
         Peers send --payload-bytes messages whatever --publish says but ping (edit only labels their \
         result so that it pairs with todostreamd's); mixed is todostreamd's only.
@@ -70,7 +70,15 @@ enum RequestKind: Int, CaseIterable, Sendable {
         }
     }
 
-    /// The request's event type.
+    /// How its frame begins, up to its id.
+    var framePrefix: String {
+        switch self {
+        case .ping: #"{"op":"ping","id":"#
+        default: #"{"type":""# + type + #"","id":"#
+        }
+    }
+
+    /// The request's event type (a ping, an operation, has none).
     var type: String {
         switch self {
         case .list: "RequestTodoViewModels"
@@ -167,11 +175,7 @@ struct DaemonRequestWriter {
     init(todoIDs: [String], subtitleBytes: Int) {
         self.todoIDs = todoIDs.map { Array($0.utf8) }
         subtitleFiller = max(subtitleBytes - Self.counterDigits, 0)
-        prefixes = RequestKind.allCases.map {
-            $0 == .ping
-                ? Array(#"{"op":"ping","id":"#.utf8)
-                : Array(#"{"type":""#.utf8) + Array($0.type.utf8) + Array(#"","id":"#.utf8)
-        }
+        prefixes = RequestKind.allCases.map { Array($0.framePrefix.utf8) }
     }
 
     static let counterDigits = 10

@@ -106,7 +106,6 @@ struct Request: AsyncParsableCommand {
         var failures: [String: Int] = [:]
         var requesters: [ConnectionHandle] = []
         let subscribed = self.subscribed
-        let durable = self.durable
         for client in 0..<clients {
             let loop = group.next()
             var settings = common.settings(
@@ -139,15 +138,14 @@ struct Request: AsyncParsableCommand {
                     requesters.append(handle)
                     handles.append(handle)
                 case .redis where durable || publish == .ping:
-                    let key = "key:\(client)"
+                    // One connection: a SET key, or pings.
+                    let key = durable ? "key:\(client)" : nil
                     let handle = try await connector.connect(
                         index: client,
                         mode: .requester,
                         settings: settings,
                         on: loop,
-                        configure: { connection in
-                            if durable { (connection as? RedisConnection)?.durableKey = key }
-                        }
+                        configure: { ($0 as? RedisConnection)?.durableKey = key }
                     ).get()
                     requesters.append(handle)
                     handles.append(handle)

@@ -215,9 +215,6 @@ struct Summarize: ParsableCommand {
         return rates.sorted().map { "\(grouped($0))" }.joined(separator: ", ") + " publishes/s"
     }
 
-    /// A table with one row per (configuration, server) and the ratio of todostreamd to each
-    /// peer for `metric` (and `ratioMetrics`); `ratioFields` are copied from the rows into
-    /// each ratio entry.
     /// A section of request rows by client count, with their failures and the server's CPU per
     /// request.
     private func clientsSection(
@@ -242,6 +239,9 @@ struct Summarize: ParsableCommand {
         )
     }
 
+    /// A table with one row per (configuration, server) and the ratio of todostreamd to each
+    /// peer for `metric` (and `ratioMetrics`); `ratioFields` are copied from the rows into
+    /// each ratio entry.
     private func section(
         _ title: String,
         rows: [Row],

@@ -206,6 +206,13 @@ def encode(frame) -> bytes:
     return (json.dumps(frame, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now (for a server a test starts itself)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def connect_socket(host: str, port: int, rcvbuf: int | None = None) -> socket.socket:
     """A TCP connection; `rcvbuf` is set before connecting, so the window starts that small."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LineClient, create_todo, next_id
+from helpers import LineClient, create_todo, free_port, next_id
 from test_postgres import (
     PostgresServer,
     Writer,
-    _free_port,
     assert_gapless,
     http_get,
     journal_rows,
@@ -53,7 +52,7 @@ class StandbyServer(PostgresServer):
         self.root = Path(tempfile.mkdtemp(prefix="todostream-pg-standby-"))
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.user = primary.user
         self.ca = primary.ca
         if self.user:

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import REPO
-from helpers import LineClient, list_todos
+from helpers import LineClient, free_port, list_todos
 
 
 def load_binary() -> str:
@@ -115,17 +115,11 @@ def test_pings_apply_to_requests_only():
     assert done.returncode != 0 and "--publish ping applies to request only" in done.stderr, done.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _start_peer(server: str, tmp_path) -> tuple[subprocess.Popen, int]:
     binary = shutil.which("redis-server" if server == "redis" else "nats-server")
     if binary is None:
         pytest.fail(f"{server}-server is not installed: run scripts/install-test-tools", pytrace=False)
-    port = _free_port()
+    port = free_port()
     if server == "redis":
         # The load tool connects from 127.0.0.2 onwards, which protected mode refuses.
         command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", str(tmp_path),

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -29,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from conftest import _die_with_parent, daemon_binary
-from helpers import (LineClient, WSClient, create_todo, delete, list_todos, make_ca, make_server_cert, new_detail,
-                     next_id, save_detail)
+from helpers import (LineClient, WSClient, create_todo, delete, free_port, list_todos, make_ca, make_server_cert,
+                     new_detail, next_id, save_detail)
 
 # --------------------------------------------------------------------------------------------
 # a PostgreSQL server of the test's own
@@ -47,12 +46,6 @@ def _pg_bin() -> Path:
     return Path(found[-1]).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     """initdb + pg_ctl in a temporary directory, as the `postgres` system user when running as
     root (PostgreSQL refuses to run as root), listening on 127.0.0.1 on a free port and on a
@@ -63,7 +56,7 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="todostream-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.user = None
         if os.geteuid() == 0:
             try:
