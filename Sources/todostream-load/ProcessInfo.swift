@@ -16,16 +16,17 @@ enum SystemProbe {
         return nil
     }
 
-    /// CPU time `pid` has used so far (user + system, its threads included) in clock ticks,
-    /// from /proc/PID/stat (`utime` and `stime`, fields 14 and 15); nil when unreadable.
-    static func cpuTicks(pid: Int32) -> Int? {
+    /// CPU time `pid` has used so far in clock ticks, its threads included: in user space and
+    /// in the kernel, from /proc/PID/stat (`utime` and `stime`, fields 14 and 15); nil when
+    /// unreadable.
+    static func cpuTicks(pid: Int32) -> CPUTicks? {
         guard let text = readSmallFile("/proc/\(pid)/stat", limit: 4_096),
             let close = text.lastIndex(of: ")")
         else { return nil }
         // After the command name (which may hold spaces and parentheses): field 3 onwards.
         let fields = text[text.index(after: close)...].split(separator: " ", omittingEmptySubsequences: true)
         guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return nil }
-        return user + system
+        return CPUTicks(user: user, system: system)
     }
 
     /// Clock ticks per second (`getconf CLK_TCK`).
@@ -101,12 +102,19 @@ enum SystemProbe {
     }
 }
 
+/// CPU time in clock ticks: in user space and in the kernel.
+struct CPUTicks {
+    var user: Int
+    var system: Int
+    var total: Int { user + system }
+}
+
 /// The server's CPU time (user + system) over the measured window, from /proc/PID/stat read
 /// at the window's start and end.
 struct ServerCPUWindow {
     let pid: Int32?
-    private var startTicks: Int?
-    private var endTicks: Int?
+    private var startTicks: CPUTicks?
+    private var endTicks: CPUTicks?
 
     init(pid: Int32?) { self.pid = pid }
 
@@ -114,26 +122,41 @@ struct ServerCPUWindow {
 
     mutating func stop() { endTicks = pid.flatMap { SystemProbe.cpuTicks(pid: $0) } }
 
-    var ticks: Int? {
+    /// The window's ticks, in user space and in the kernel.
+    var split: CPUTicks? {
         guard let startTicks, let endTicks else { return nil }
-        return endTicks - startTicks
+        return CPUTicks(user: endTicks.user - startTicks.user, system: endTicks.system - startTicks.system)
     }
+
+    var ticks: Int? { split?.total }
 
     var seconds: Double? { ticks.map { Double($0) / Double(SystemProbe.clockTicksPerSecond) } }
 
-    /// Adds `server_cpu_s`, `clk_tck` and `server_cpu_us_per_<unit>` (per `count` operations
-    /// completed in the window) to `report`.
+    /// Adds `server_cpu_s`, `clk_tck`, `server_cpu_us_per_<unit>` (per `count` operations
+    /// completed in the window) and its two parts, `server_cpu_user_us_per_<unit>` (the
+    /// server's own code and its libraries) and `server_cpu_system_us_per_<unit>` (the
+    /// kernel on its behalf: system calls, the TCP stack, the disk), to `report`.
     func fill(_ report: inout Report, count: Int, unit: String) {
-        guard let ticks, let seconds else { return }
-        report.set("server_cpu_ticks", ticks)
+        guard let split, let seconds else { return }
+        report.set("server_cpu_ticks", split.total)
         report.set("clk_tck", SystemProbe.clockTicksPerSecond)
         report.set("server_cpu_s", (seconds * 1_000).rounded() / 1_000)
-        if count > 0 { report.set("server_cpu_us_per_\(unit)", (seconds * 1e7 / Double(count)).rounded() / 10) }
+        guard count > 0 else { return }
+        func perOperation(_ ticks: Int) -> Double {
+            (Double(ticks) / Double(SystemProbe.clockTicksPerSecond) * 1e7 / Double(count)).rounded() / 10
+        }
+        report.set("server_cpu_us_per_\(unit)", perOperation(split.total))
+        report.set("server_cpu_user_us_per_\(unit)", perOperation(split.user))
+        report.set("server_cpu_system_us_per_\(unit)", perOperation(split.system))
     }
 
-    /// " server CPU 12.3 µs/request" or "".
+    /// " server CPU 12.3 µs/request (user 8.1, kernel 4.2)" or "".
     func text(count: Int, unit: String) -> String {
-        guard let seconds, count > 0 else { return "" }
-        return "; server CPU \(decimals(seconds * 1e6 / Double(count), 1)) µs/\(unit)"
+        guard let split, count > 0 else { return "" }
+        func perOperation(_ ticks: Int) -> String {
+            decimals(Double(ticks) / Double(SystemProbe.clockTicksPerSecond) * 1e6 / Double(count), 1)
+        }
+        return "; server CPU \(perOperation(split.total)) µs/\(unit) "
+            + "(user \(perOperation(split.user)), kernel \(perOperation(split.system)))"
     }
 }

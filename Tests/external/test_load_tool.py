@@ -107,6 +107,21 @@ def test_pings_are_each_answered_by_their_pong_and_commit_nothing(daemon, transp
         assert len(list_todos(client)) == before + 3
 
 
+def test_the_servers_cpu_is_reported_with_its_user_and_kernel_parts(daemon):
+    result = run_load(
+        "request", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--pid", str(daemon.pid),
+        "--clients", "4", "--duration", "1", "--publish", "edit",
+    )
+    assert result["requests"] > 0 and result["failed"] == 0, result
+    total = result["server_cpu_us_per_request"]
+    user = result["server_cpu_user_us_per_request"]
+    kernel = result["server_cpu_system_us_per_request"]
+    # The daemon parses and answers in user space and writes through the kernel: both parts are
+    # spent, and they are the whole (each rounded to 0.1 µs).
+    assert user > 0 and kernel > 0, result
+    assert abs(user + kernel - total) <= 0.11, result
+
+
 def test_pings_apply_to_requests_only():
     done = subprocess.run(
         [load_binary(), "fanout", "--target", "todostreamd", "--port", "1", "--publish", "ping"],
