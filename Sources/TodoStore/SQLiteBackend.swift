@@ -25,28 +25,36 @@ final class SQLiteBackend: StorageBackend {
     private let checkpointer: SQLiteConnection
     let retention: JournalRetention
     private let logger: Logger
-    private let checkpoints = NIOLockedValueBox(Checkpoints())
+    private let checkpoints: NIOLockedValueBox<Checkpoints>
 
     /// Commits between the starts of two background copies of the WAL.
     static let checkpointEvery = 64
-    /// The WAL's size in frames (4 KiB pages) from which copies run again at once to catch up,
-    /// and from which the writer copies the tail itself (see `CheckpointStateMachine`).
-    static let restartFrames = 1_024
-    static let tailFrames = 4_096
-    /// The WAL's size in frames from which the writer copies the tail whatever the copies did:
-    /// as many pages as the WAL file is cut back to when it starts over (64 MiB).
-    static let limitFrames = SQLiteWriter.walSizeLimitBytes / SQLiteWriter.pageBytes
+    /// The WAL's size from which copies run again at once to catch up, and from which the
+    /// writer copies the tail itself (see `CheckpointStateMachine`), in bytes of pages.
+    static let restartBytes = 4 << 20
+    static let tailBytes = 16 << 20
+    /// The WAL's size from which the writer copies the tail whatever the copies did: what the
+    /// WAL file is cut back to when it starts over (64 MiB).
+    static let limitBytes = SQLiteWriter.walSizeLimitBytes
+
+    /// `limitBytes` in WAL frames of `pageBytes` each.
+    static func limitFrames(pageBytes: Int) -> Int { limitBytes / pageBytes }
 
     private struct Checkpoints {
-        var machine = CheckpointStateMachine(
-            copyEvery: checkpointEvery,
-            restartFrames: restartFrames,
-            tailFrames: tailFrames,
-            limitFrames: limitFrames,
-            maxPasses: 4
-        )
+        var machine: CheckpointStateMachine
         /// The background copy, while one runs.
         var copy: Task<Void, Never>?
+
+        /// The thresholds in frames of the database's pages.
+        init(pageBytes: Int) {
+            machine = CheckpointStateMachine(
+                copyEvery: SQLiteBackend.checkpointEvery,
+                restartFrames: SQLiteBackend.restartBytes / pageBytes,
+                tailFrames: SQLiteBackend.tailBytes / pageBytes,
+                limitFrames: SQLiteBackend.limitFrames(pageBytes: pageBytes),
+                maxPasses: 4
+            )
+        }
     }
 
     private init(
@@ -58,6 +66,7 @@ final class SQLiteBackend: StorageBackend {
         logger: Logger
     ) {
         self.writer = writer
+        self.checkpoints = NIOLockedValueBox(Checkpoints(pageBytes: writer.pageBytes))
         self.thread = thread
         self.reader = reader
         self.checkpointer = checkpointer
@@ -73,6 +82,7 @@ final class SQLiteBackend: StorageBackend {
         synchronousFull: Bool,
         walWriteBufferBytes: Int,
         cacheKiB: Int,
+        pageBytes: Int,
         deferredTodos: Int,
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
@@ -89,6 +99,9 @@ final class SQLiteBackend: StorageBackend {
         )
         var opened: (writer: SQLiteWriter?, checkpointer: SQLiteConnection?) = (nil, nil)
         do {
+            // The page size of a database created now (one that has pages keeps its own):
+            // before anything is written, the WAL mode's header included.
+            try await reader.exec("PRAGMA page_size=\(pageBytes)")
             try await reader.exec("PRAGMA journal_mode=WAL")
             try await Migrations.run(on: reader)
             try await reader.exec("PRAGMA query_only=1")

@@ -8,13 +8,25 @@ import TodoApp
 extension GroupCommitStore {
     /// The SQLite writer's page cache unless configured, in KiB: SQLite's own default.
     public static let defaultSQLiteCacheKiB = 2000
+    /// The page size of a new SQLite database unless configured, in bytes (SQLite's own
+    /// default is 4,096). An existing database keeps the size it was created with.
+    /// docs/DECISIONS.md, "SQLite pages of 8 KiB".
+    public static let defaultSQLitePageBytes = 8_192
+
+    /// Whether SQLite takes `bytes` as a page size: a power of two from 512 to 65,536.
+    public static func isSQLitePageSize(_ bytes: Int) -> Bool {
+        (512...65_536).contains(bytes) && bytes & (bytes - 1) == 0
+    }
+
     /// Todos whose newest change may be in the journal only, unless configured (DeferredRows).
     public static let defaultSQLiteDeferredTodos = 16_384
 
     /// Opens (creating if needed) the SQLite store in `directory`. The store runs on `thread`
     /// (a new one when nil), where it commits synchronously; give the sequencer's thread so that
     /// a batch and its commit run on one thread. `eventLoop` is where the journal reads of
-    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB. `deferredTodos`:
+    /// resuming clients complete. `cacheKiB`: the writer's page cache, in KiB. `pageBytes`: the
+    /// page size a database created now gets (a power of two from 512 to 65,536; an existing
+    /// database keeps its own). `deferredTodos`:
     /// how many todos may have their newest change in the journal and not yet in their row (0:
     /// each row is written with the commit of its change).
     ///
@@ -26,6 +38,7 @@ extension GroupCommitStore {
         synchronousFull: Bool = true,
         walWriteBufferBytes: Int = 1 << 20,
         cacheKiB: Int = defaultSQLiteCacheKiB,
+        pageBytes: Int = defaultSQLitePageBytes,
         deferredTodos: Int = defaultSQLiteDeferredTodos,
         threadPool: NIOThreadPool = .singleton,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
@@ -33,6 +46,11 @@ extension GroupCommitStore {
         logger: Logger = Logger(label: "todostream.store"),
         now: @escaping @Sendable () -> Timestamp = Timestamp.now
     ) async throws -> GroupCommitStore {
+        guard isSQLitePageSize(pageBytes) else {
+            throw StoreError(
+                message: "The SQLite page size must be a power of two from 512 to 65536 bytes, not \(pageBytes)."
+            )
+        }
         try prepareDirectory(directory)
         let thread = thread ?? StoreThread()
         let backend: SQLiteBackend
@@ -43,6 +61,7 @@ extension GroupCommitStore {
                 synchronousFull: synchronousFull,
                 walWriteBufferBytes: walWriteBufferBytes,
                 cacheKiB: cacheKiB,
+                pageBytes: pageBytes,
                 deferredTodos: deferredTodos,
                 threadPool: threadPool,
                 eventLoop: eventLoop,

@@ -81,9 +81,10 @@ final class SQLiteWriter: @unchecked Sendable {
 
     /// The size the WAL file is cut back to when it starts over (`PRAGMA journal_size_limit`).
     static let walSizeLimitBytes = 64 << 20
-    /// The database's page size (SQLite's default; the store never sets another): a WAL frame
-    /// holds one page.
-    static let pageBytes = 4_096
+    /// The database's page size, as the file has it (set when the database was created; see
+    /// `GroupCommitStore.defaultSQLitePageBytes`): a WAL frame holds one page. Read once at
+    /// open, never changed after.
+    private(set) var pageBytes = 4_096
 
     /// SQLite copies text and blobs bound with this destructor before the call returns.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -139,6 +140,7 @@ final class SQLiteWriter: @unchecked Sendable {
             // whole cache. With 64 MiB, a daemon under steady load spent about a fifth of its
             // CPU per request on that (docs/DECISIONS.md, "The writer's page cache").
             try writer.execute("PRAGMA cache_size=-\(max(cacheKiB, 64))")
+            writer.pageBytes = try writer.integerPragma("page_size")
             try writer.execute("PRAGMA mmap_size=268435456")
             // After a checkpoint the WAL restarts from its beginning; keep the file from staying large.
             try writer.execute("PRAGMA journal_size_limit=\(walSizeLimitBytes)")
@@ -406,10 +408,13 @@ final class SQLiteWriter: @unchecked Sendable {
     }
 
     /// The connection's `PRAGMA cache_size`: pages when positive, KiB when negative.
-    func cacheSize() throws -> Int {
+    func cacheSize() throws -> Int { try integerPragma("cache_size") }
+
+    /// The value of `PRAGMA name` (one that answers with a number).
+    private func integerPragma(_ name: String) throws -> Int {
         guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         var statement: OpaquePointer?
-        let prepared = sqlite_nio_sqlite3_prepare_v2(handle, "PRAGMA cache_size", -1, &statement, nil)
+        let prepared = sqlite_nio_sqlite3_prepare_v2(handle, "PRAGMA \(name)", -1, &statement, nil)
         guard prepared == SQLITE_OK, let statement else { throw failure(prepared) }
         defer { sqlite_nio_sqlite3_finalize(statement) }
         let stepped = sqlite_nio_sqlite3_step(statement)

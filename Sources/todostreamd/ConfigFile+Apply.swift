@@ -80,6 +80,12 @@ extension ConfigFile {
         if let value = values["store.synchronous"] as? String { options.synchronousFull = value == "full" }
         if let value = int("store.sqlite_wal_write_buffer_kib") { options.walWriteBufferBytes = value * 1024 }
         if let value = int("store.sqlite_cache_kib") { options.sqliteCacheKiB = value }
+        if let value = int("store.sqlite_page_bytes") {
+            guard GroupCommitStore.isSQLitePageSize(value) else {
+                throw ConfigError(message: "store.sqlite_page_bytes is \(value), not a power of two from 512 to 65536")
+            }
+            options.sqlitePageBytes = value
+        }
         if let value = int("store.sqlite_deferred_todos") { options.sqliteDeferredTodos = value }
         if let value = int("shutdown.drain_timeout_ms") { options.relay.drainTimeoutMs = value }
         if let value = int("shutdown.reconnect_after_ms") { options.relay.drainReconnectAfterMs = value }

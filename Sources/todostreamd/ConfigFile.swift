@@ -77,6 +77,7 @@ enum ConfigFile {
         "store.synchronous": .choice(["full", "normal"]),
         "store.sqlite_wal_write_buffer_kib": .int(0...65_536),
         "store.sqlite_cache_kib": .int(64...1_048_576),
+        "store.sqlite_page_bytes": .int(512...65_536),
         "store.sqlite_deferred_todos": .int(0...1_000_000),
         "shutdown.drain_timeout_ms": .int(0...600_000),
         "shutdown.reconnect_after_ms": .int(0...600_000),

@@ -97,6 +97,7 @@ struct DaemonOptions: Sendable {
     var walWriteBufferBytes = 1 << 20
     /// SQLite: the writer's page cache, in KiB.
     var sqliteCacheKiB = GroupCommitStore.defaultSQLiteCacheKiB
+    var sqlitePageBytes = GroupCommitStore.defaultSQLitePageBytes
     /// SQLite: todos whose newest change may be in the journal only (0: none).
     var sqliteDeferredTodos = GroupCommitStore.defaultSQLiteDeferredTodos
     /// Where systemd's variables (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, …) are read from.
@@ -436,6 +437,7 @@ final class Daemon: Sendable {
                     synchronousFull: options.synchronousFull,
                     walWriteBufferBytes: options.walWriteBufferBytes,
                     cacheKiB: options.sqliteCacheKiB,
+                    pageBytes: options.sqlitePageBytes,
                     deferredTodos: options.sqliteDeferredTodos,
                     eventLoop: group.next(),
                     thread: thread,

@@ -116,10 +116,66 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         let wal = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName + "-wal")
         let size = try #require(try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int)
         // A frame is a page and a 24-byte header; the file has a 32-byte header.
-        let frameBytes = SQLiteWriter.pageBytes + 24
-        #expect(size <= (SQLiteBackend.limitFrames + 64) * frameBytes + 32, "the WAL grew to \(size) bytes")
+        let pageBytes = GroupCommitStore.defaultSQLitePageBytes
+        let frameBytes = pageBytes + 24
+        let limitFrames = SQLiteBackend.limitFrames(pageBytes: pageBytes)
+        #expect(size <= (limitFrames + 64) * frameBytes + 32, "the WAL grew to \(size) bytes")
         #expect(try await store.readTodos(id: nil).count == 6_000)
         await store.close()
+    }
+
+    /// The page size the database file has, read on a connection of its own.
+    private func pageSize(in directory: String) async throws -> Int? {
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let connection = try await SQLiteConnection.open(storage: .file(path: path))
+        defer { Task { try? await connection.close() } }
+        return try await connection.query("PRAGMA page_size").first?.column("page_size")?.integer
+    }
+
+    /// A database created now gets the page size asked for (8 KiB unless told otherwise), and
+    /// keeps its commits across a reopening.
+    @Test(arguments: [nil, 4_096, 16_384])
+    func aNewDatabaseHasThePageSizeAskedFor(pageBytes: Int?) async throws {
+        let directory = temporaryDirectory()
+        let store =
+            if let pageBytes {
+                try await GroupCommitStore.sqlite(directory: directory, pageBytes: pageBytes)
+            } else {
+                try await GroupCommitStore.sqlite(directory: directory)
+            }
+        for index in 0..<200 { _ = try await create(store, "t\(index)") }
+        await store.close()
+        #expect(try await pageSize(in: directory) == pageBytes ?? 8_192)
+        let reopened = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await reopened.readTodos(id: nil).count == 200)
+        #expect(try await reopened.entries(after: 0, through: 200).map(\.seq) == Array(1...200))
+        await reopened.close()
+    }
+
+    /// A database keeps the page size it was created with when a store asks for another one
+    /// later: its todos and journal read as before, and its writes go on.
+    @Test func anExistingDatabaseKeepsItsPageSize() async throws {
+        let directory = temporaryDirectory()
+        let first = try await GroupCommitStore.sqlite(directory: directory, pageBytes: 4_096)
+        for index in 0..<50 { _ = try await create(first, "t\(index)") }
+        await first.close()
+        let second = try await GroupCommitStore.sqlite(directory: directory, pageBytes: 16_384)
+        for index in 50..<100 { _ = try await create(second, "t\(index)") }
+        #expect(try await second.readTodos(id: nil).count == 100)
+        #expect(try await second.position().head == 100)
+        await second.close()
+        #expect(try await pageSize(in: directory) == 4_096)
+    }
+
+    @Test(arguments: [0, 256, 6_000, 131_072])
+    func aPageSizeSQLiteWouldNotTakeIsRefused(pageBytes: Int) async throws {
+        let directory = temporaryDirectory()
+        await #expect(throws: StoreError.self) {
+            _ = try await GroupCommitStore.sqlite(directory: directory, pageBytes: pageBytes)
+        }
+        // Refused before anything was made.
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        #expect(!FileManager.default.fileExists(atPath: path))
     }
 
     @Test func theJournalIsPrunedToItsRetention() async throws {
