@@ -14,20 +14,58 @@ struct BroadcastFrame: Sendable {
     var originShard: Int? = nil
     /// When the broadcast reached the hub, for the fan-out latency histogram.
     var receivedAt = NIODeadline.now()
+}
 
-    /// The same frame in buffers of its own.
-    func withOwnBytes() -> BroadcastFrame {
-        let plain = ByteBuffer(bytes: self.plain.readableBytesView)
-        let sameCopy = originCopy.readableBytes == self.plain.readableBytes
+/// A broadcast as the hub hands it to the loops: what its frames are made of. Each loop that
+/// writes it makes the frames it needs (`BroadcastFrame`) in buffers of its own, so the
+/// sequencer's thread, which every request waits for, makes none, no two loops share a
+/// buffer (whose reference count every core would bump once per subscriber), and a broadcast
+/// that only its requester takes never gets everyone's frame.
+struct PendingBroadcast: Sendable {
+    let seq: UInt64
+    let typeIndex: Int
+    let type: String
+    let mark: MutationMark?
+    let body: EncodedBody
+    let origin: SessionID?
+    /// The requester's `re`, for its own copy.
+    let correlation: CorrelationID?
+    /// The index of the origin's loop in the hub's list, when known.
+    var originShard: Int? = nil
+    /// When the broadcast reached the hub, for the fan-out latency histogram.
+    var receivedAt = NIODeadline.now()
+
+    /// Everyone's frame, and the requester's copy with `re` (the same buffer without one, or
+    /// on a loop where the requester is not: `shard`, the loop's index in the hub's list).
+    func frames(on shard: Int) -> BroadcastFrame {
+        let plain = OutboundFrame.event(seq: seq, type: type, correlation: nil, mark: mark, body: body)
+        let hasCopy = correlation != nil && (originShard == nil || originShard == shard)
         return BroadcastFrame(
             seq: seq,
             typeIndex: typeIndex,
             plain: plain,
             origin: origin,
-            originCopy: sameCopy ? plain : ByteBuffer(bytes: originCopy.readableBytesView),
+            originCopy: hasCopy ? originCopy() : plain,
             originShard: originShard,
             receivedAt: receivedAt
         )
+    }
+
+    /// The requester's copy alone.
+    func originCopy() -> ByteBuffer {
+        OutboundFrame.event(seq: seq, type: type, correlation: correlation, mark: mark, body: body)
+    }
+}
+
+/// A reply as the hub hands it to its requester's loop, which makes its frame.
+struct PendingReply: Sendable {
+    let type: String
+    let correlation: CorrelationID?
+    let mark: MutationMark?
+    let body: EncodedBody
+
+    func frame() -> ByteBuffer {
+        OutboundFrame.event(seq: nil, type: type, correlation: correlation, mark: mark, body: body)
     }
 }
 
@@ -73,7 +111,7 @@ struct HubCounters {
 /// Broadcasts put back in seq order, and the other deliveries (replies, monitors' copies) that
 /// must not overtake the broadcasts before them.
 struct HubOrderState {
-    var orderer: SequenceOrderer<BroadcastFrame>
+    var orderer: SequenceOrderer<PendingBroadcast>
     /// The highest seq handed to the orderer so far.
     var highestAccepted: UInt64
     /// Deliveries waiting until every seq up to `after` has been released.
@@ -84,7 +122,7 @@ struct HubOrderState {
 
 /// A piece of a batch on its way to the loops.
 enum HubWork {
-    case broadcast(BroadcastFrame)
+    case broadcast(PendingBroadcast)
     case item(shard: Int, ShardInboxItem)
 }
 
@@ -233,26 +271,16 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             case .broadcast(let seq):
                 let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
-                let mark = delivery.mark
-                let plain = OutboundFrame.event(seq: seq, type: name, correlation: nil, mark: mark, body: encoded)
-                let originCopy =
-                    origin.correlation == nil
-                    ? plain
-                    : OutboundFrame.event(
-                        seq: seq,
-                        type: name,
-                        correlation: origin.correlation,
-                        mark: mark,
-                        body: encoded
-                    )
                 work.append(
                     .broadcast(
-                        BroadcastFrame(
+                        PendingBroadcast(
                             seq: seq,
                             typeIndex: typeIndex,
-                            plain: plain,
+                            type: name,
+                            mark: delivery.mark,
+                            body: encoded,
                             origin: origin.session,
-                            originCopy: originCopy,
+                            correlation: origin.correlation,
                             originShard: routes[origin.session]?.shard
                         )
                     )
@@ -260,15 +288,14 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
             case .reply:
                 let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
-                let frame = OutboundFrame.event(
-                    seq: nil,
+                let reply = PendingReply(
                     type: name,
                     correlation: origin.correlation,
                     mark: delivery.mark,
                     body: encoded
                 )
                 if let route = routes[origin.session] {
-                    work.append(.item(shard: route.shard, .reply(origin.session, frame, typeIndex: typeIndex)))
+                    work.append(.item(shard: route.shard, .reply(origin.session, reply, typeIndex: typeIndex)))
                 }
             case .internal:
                 break
@@ -316,7 +343,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     /// Puts a broadcast in seq order; what it releases (with the deliveries that waited for
     /// it) joins each loop's part. When a seq arrives twice, the copy that has an origin (the
     /// requester's `re` copy) wins.
-    private func accept(_ frame: BroadcastFrame, into parts: inout [[ShardInboxItem]], state: inout HubOrderState) {
+    private func accept(_ frame: PendingBroadcast, into parts: inout [[ShardInboxItem]], state: inout HubOrderState) {
         state.highestAccepted = max(state.highestAccepted, frame.seq)
         let released = state.orderer.accept(
             seq: frame.seq,
@@ -329,9 +356,9 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     }
 
     /// Appends released broadcasts to every loop's part, then the deliveries that waited for
-    /// them. (Each loop's shard decides whether it takes them, and copies their bytes.)
+    /// them. (Each loop's shard decides whether it takes them, and makes their frames.)
     private func handOut(
-        _ released: [BroadcastFrame],
+        _ released: [PendingBroadcast],
         into parts: inout [[ShardInboxItem]],
         state: inout HubOrderState
     ) {
@@ -354,16 +381,17 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         var work: [HubWork] = []
         for entry in entries {
             guard let typeIndex = codec.catalog.index(of: entry.type) else { continue }
-            let plain = OutboundFrame.event(
-                seq: entry.seq,
-                type: entry.type,
-                correlation: nil,
-                mark: entry.mid.map { MutationMark(mid: $0) },
-                body: .payload(entry.payload)
-            )
             work.append(
                 .broadcast(
-                    BroadcastFrame(seq: entry.seq, typeIndex: typeIndex, plain: plain, origin: nil, originCopy: plain)
+                    PendingBroadcast(
+                        seq: entry.seq,
+                        typeIndex: typeIndex,
+                        type: entry.type,
+                        mark: entry.mid.map { MutationMark(mid: $0) },
+                        body: .payload(entry.payload),
+                        origin: nil,
+                        correlation: nil
+                    )
                 )
             )
         }

@@ -121,12 +121,10 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     }
 
     /// Appends a batch's items to the inbox (from any thread; callers keep their order). The
-    /// first loop shares the hub's buffers; the others copy each broadcast into their own, as
-    /// sharing one buffer would have every core bump the same reference count once per
-    /// subscriber.
+    /// loop makes their frames when it takes them (`emptyInbox`).
     func post(_ items: [ShardInboxItem]) {
         let index = self.index
-        if case .schedule = inbox.withLockedValue({ $0.post(items, shard: index, ownBytes: index != 0) }) {
+        if case .schedule = inbox.withLockedValue({ $0.post(items, shard: index) }) {
             loop.execute { self.emptyInbox() }
         }
     }
@@ -143,23 +141,25 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         var answered: [SessionID] = []
         for item in items {
             switch item {
-            case .broadcast(let frame):
-                run.append(frame)
-            case .ownCopy(let frame):
-                lastSeq = max(lastSeq, frame.seq)
-                if let origin = frame.origin {
+            case .broadcast(let pending):
+                run.append(pending.frames(on: index))
+            case .ownCopy(let pending):
+                lastSeq = max(lastSeq, pending.seq)
+                if let origin = pending.origin {
                     personal.append(
                         ShardPersonalFrame(
                             after: run.count,
                             session: origin,
-                            bytes: frame.originCopy,
-                            typeIndex: frame.typeIndex,
-                            seq: frame.seq
+                            bytes: pending.originCopy(),
+                            typeIndex: pending.typeIndex,
+                            seq: pending.seq
                         )
                     )
                 }
-            case .reply(let id, let frame, let typeIndex):
-                personal.append(ShardPersonalFrame(after: run.count, session: id, bytes: frame, typeIndex: typeIndex))
+            case .reply(let id, let reply, let typeIndex):
+                personal.append(
+                    ShardPersonalFrame(after: run.count, session: id, bytes: reply.frame(), typeIndex: typeIndex)
+                )
             case .monitor(let frame, let typeIndex, let except):
                 for id in monitorsByType[typeIndex].keys where id != except {
                     personal.append(

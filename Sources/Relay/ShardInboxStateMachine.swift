@@ -3,12 +3,12 @@ import NIOCore
 
 /// A piece of a batch posted to one event loop's shard, in order.
 enum ShardInboxItem: Sendable {
-    case broadcast(BroadcastFrame)
+    case broadcast(PendingBroadcast)
     /// A broadcast that only the session on this loop that caused it takes (its copy with
     /// `re`): when it was posted, no session of the loop could take broadcasts.
-    case ownCopy(BroadcastFrame)
+    case ownCopy(PendingBroadcast)
     /// A reply for one session, in its place among the broadcasts.
-    case reply(SessionID, ByteBuffer, typeIndex: Int)
+    case reply(SessionID, PendingReply, typeIndex: Int)
     /// A copy for every monitor subscribed to the type but the session that caused it.
     case monitor(ByteBuffer, typeIndex: Int, except: SessionID)
     /// One request of the session has had every answer.
@@ -63,25 +63,22 @@ struct ShardInboxStateMachine: Sendable {
     /// Whether a session of the loop may take a broadcast posted now.
     var listening: Bool { starting + subscribed > 0 || broadcastsQueued > 0 }
 
-    /// The hub posts a batch's items for the loop at `shard`; each broadcast kept for the loop's
-    /// subscribers gets bytes of its own when `ownBytes` (one loop shares the hub's buffers, the
-    /// others copy them).
-    mutating func post(_ posted: [ShardInboxItem], shard: Int, ownBytes: Bool) -> PostAction {
+    /// The hub posts a batch's items for the loop at `shard` (the loop makes the frames of what
+    /// it keeps when it takes them).
+    mutating func post(_ posted: [ShardInboxItem], shard: Int) -> PostAction {
         let listening = self.listening
-        func kept(_ frame: BroadcastFrame) -> BroadcastFrame { ownBytes ? frame.withOwnBytes() : frame }
         var added = false
         for item in posted {
             switch item {
             case .broadcast(let frame) where listening:
-                items.append(.broadcast(kept(frame)))
+                items.append(.broadcast(frame))
                 broadcastsQueued += 1
                 added = true
             case .broadcast(let frame):
                 if frame.origin != nil, frame.originShard == shard {
-                    // Only the requester's copy is written from it, once, by one session: its
-                    // buffer is shared as it is (bytes of its own guard against a reference
-                    // count bumped from every core once per subscriber, which one writer never
-                    // does), so a lone requester's save costs no copy of the frame.
+                    // Only the requester's copy is written from it, once, by one session: the
+                    // loop makes that frame alone, so a lone requester's save costs no frame
+                    // for everyone.
                     items.append(.ownCopy(frame))
                     added = true
                 } else {

@@ -8,17 +8,19 @@ import Testing
     private let shard = 1
 
     private func broadcast(_ seq: UInt64, origin: UInt64? = nil, originShard: Int? = nil) -> ShardInboxItem {
-        let plain = ByteBuffer(string: "{\"seq\":\(seq)}\n")
-        let copy = origin == nil ? plain : ByteBuffer(string: "{\"seq\":\(seq),\"re\":\"r\"}\n")
-        return .broadcast(
-            BroadcastFrame(
-                seq: seq,
-                typeIndex: 0,
-                plain: plain,
-                origin: origin.map(SessionID.init),
-                originCopy: copy,
-                originShard: originShard
-            )
+        .broadcast(pending(seq, origin: origin, originShard: originShard))
+    }
+
+    private func pending(_ seq: UInt64, origin: UInt64? = nil, originShard: Int? = nil) -> PendingBroadcast {
+        PendingBroadcast(
+            seq: seq,
+            typeIndex: 0,
+            type: "T",
+            mark: nil,
+            body: .payload(Array("{}".utf8)),
+            origin: origin.map(SessionID.init),
+            correlation: origin == nil ? nil : .string("r"),
+            originShard: originShard
         )
     }
 
@@ -46,7 +48,7 @@ import Testing
 
     @Test func withNoSessionBroadcastsAreLeftOutAndTheLoopIsNotWoken() {
         var inbox = ShardInboxStateMachine(head: 5)
-        #expect(inbox.post([broadcast(6), broadcast(7)], shard: shard, ownBytes: false) == .none)
+        #expect(inbox.post([broadcast(6), broadcast(7)], shard: shard) == .none)
         #expect(inbox.items.isEmpty)
         #expect(inbox.head(fannedOut: 5) == 7)
         // A session starting now is greeted with the newest seq, not the last one fanned out.
@@ -56,11 +58,11 @@ import Testing
     @Test func aStartingSessionKeepsBroadcastsUntilItsSubscriptionsAreSettled() {
         var inbox = ShardInboxStateMachine(head: 0)
         #expect(inbox.register(fannedOut: 0) == 0)
-        #expect(inbox.post([broadcast(1)], shard: shard, ownBytes: false) == .schedule)
+        #expect(inbox.post([broadcast(1)], shard: shard) == .schedule)
         #expect(kinds(inbox.take()) == ["b1"])
         // Settled without a subscription (it must authenticate first): nobody listens.
         inbox.settled()
-        #expect(inbox.post([broadcast(2)], shard: shard, ownBytes: false) == .none)
+        #expect(inbox.post([broadcast(2)], shard: shard) == .none)
         #expect(inbox.take().isEmpty)
         #expect(inbox.head(fannedOut: 1) == 2)
     }
@@ -71,13 +73,13 @@ import Testing
         startSubscribed(&inbox)
         // A change of types that stays subscribed changes nothing.
         inbox.subscriptionChanged(was: true, now: true)
-        #expect(inbox.post([broadcast(1)], shard: shard, ownBytes: false) == .schedule)
+        #expect(inbox.post([broadcast(1)], shard: shard) == .schedule)
         inbox.subscriptionChanged(was: true, now: false)
         // Scheduled already: kept, no second wake-up.
-        #expect(inbox.post([broadcast(2)], shard: shard, ownBytes: false) == .none)
+        #expect(inbox.post([broadcast(2)], shard: shard) == .none)
         #expect(kinds(inbox.take()) == ["b1", "b2"])
         inbox.subscriptionChanged(was: true, now: false)
-        #expect(inbox.post([broadcast(3)], shard: shard, ownBytes: false) == .none)
+        #expect(inbox.post([broadcast(3)], shard: shard) == .none)
         #expect(inbox.take().isEmpty)
         #expect(inbox.head(fannedOut: 2) == 3)
     }
@@ -87,9 +89,9 @@ import Testing
         // queue: so nothing is left out while a broadcast is still queued.
         var inbox = ShardInboxStateMachine(head: 0)
         _ = inbox.register(fannedOut: 0)
-        #expect(inbox.post([broadcast(1)], shard: shard, ownBytes: false) == .schedule)
+        #expect(inbox.post([broadcast(1)], shard: shard) == .schedule)
         inbox.settled()
-        #expect(inbox.post([broadcast(2)], shard: shard, ownBytes: false) == .none)
+        #expect(inbox.post([broadcast(2)], shard: shard) == .none)
         #expect(inbox.register(fannedOut: 0) == 0)
         #expect(kinds(inbox.take()) == ["b1", "b2"])
     }
@@ -102,61 +104,48 @@ import Testing
             broadcast(3),
             .answered(SessionID(9)),
         ]
-        #expect(inbox.post(posted, shard: shard, ownBytes: true) == .schedule)
+        #expect(inbox.post(posted, shard: shard) == .schedule)
         let items = inbox.take()
         #expect(kinds(items) == ["o1", "a"])
         if case .ownCopy(let frame) = items.first {
             #expect(frame.origin == SessionID(9))
-            #expect(String(buffer: frame.originCopy) == "{\"seq\":1,\"re\":\"r\"}\n")
+            #expect(String(buffer: frame.originCopy()) == "{\"seq\":1,\"type\":\"T\",\"re\":\"r\",\"payload\":{}}\n")
         }
         #expect(inbox.head(fannedOut: 1) == 3)
     }
 
-    @Test func theCausersCopyIsSharedNotCopiedEvenWhereKeptBroadcastsGetBytesOfTheirOwn() {
-        var inbox = ShardInboxStateMachine(head: 0)
-        let item = broadcast(1, origin: 9, originShard: shard)
-        guard case .broadcast(let original) = item else { return }
-        #expect(inbox.post([item], shard: shard, ownBytes: true) == .schedule)
-        guard case .ownCopy(let kept)? = inbox.take().first else {
-            Issue.record("the causer's copy is kept")
-            return
-        }
-        kept.originCopy.withUnsafeReadableBytes { keptBytes in
-            original.originCopy.withUnsafeReadableBytes { originalBytes in
-                #expect(keptBytes.baseAddress == originalBytes.baseAddress, "one writer: no copy")
-            }
-        }
-    }
-
     @Test func repliesAndOtherItemsAreAlwaysPosted() {
         var inbox = ShardInboxStateMachine(head: 0)
+        let reply = PendingReply(type: "T", correlation: nil, mark: nil, body: .payload([]))
         #expect(
-            inbox.post([.reply(SessionID(1), ByteBuffer(string: "x"), typeIndex: 0)], shard: 0, ownBytes: false)
+            inbox.post([.reply(SessionID(1), reply, typeIndex: 0)], shard: 0)
                 == .schedule
         )
-        #expect(inbox.post([.gap(4), .run({})], shard: 0, ownBytes: false) == .none)
+        #expect(inbox.post([.gap(4), .run({})], shard: 0) == .none)
         #expect(kinds(inbox.take()) == ["r", "g4", "run"])
-        #expect(inbox.post([.answered(SessionID(1))], shard: 0, ownBytes: false) == .schedule)
+        #expect(inbox.post([.answered(SessionID(1))], shard: 0) == .schedule)
     }
 
-    @Test func keptBroadcastsGetBytesOfTheirOwnOnlyWhenAsked() {
-        var inbox = ShardInboxStateMachine(head: 0)
-        _ = inbox.register(fannedOut: 0)
-        let item = broadcast(1)
-        guard case .broadcast(let original) = item else { return }
-        _ = inbox.post([item, item], shard: shard, ownBytes: true)
-        _ = inbox.post([broadcast(2)], shard: shard, ownBytes: false)
-        let taken = inbox.take()
-        guard case .broadcast(let copied) = taken[0], case .broadcast(let shared) = taken[2] else {
-            Issue.record("expected broadcasts, got \(kinds(taken))")
-            return
-        }
-        #expect(String(buffer: copied.plain) == String(buffer: original.plain))
-        copied.plain.withUnsafeReadableBytes { copiedBytes in
-            original.plain.withUnsafeReadableBytes { originalBytes in
-                #expect(copiedBytes.baseAddress != originalBytes.baseAddress)
+    /// Each loop makes the frames it writes, in buffers of its own: everyone's frame, and the
+    /// requester's copy with `re` only where the requester is.
+    @Test func eachLoopMakesTheFramesItNeedsInBuffersOfItsOwn() {
+        let broadcast = pending(5, origin: 9, originShard: shard)
+        let here = broadcast.frames(on: shard)
+        #expect(String(buffer: here.plain) == "{\"seq\":5,\"type\":\"T\",\"payload\":{}}\n")
+        #expect(String(buffer: here.originCopy) == "{\"seq\":5,\"type\":\"T\",\"re\":\"r\",\"payload\":{}}\n")
+        let elsewhere = broadcast.frames(on: 0)
+        #expect(String(buffer: elsewhere.plain) == String(buffer: here.plain))
+        elsewhere.plain.withUnsafeReadableBytes { plain in
+            elsewhere.originCopy.withUnsafeReadableBytes { copy in
+                #expect(plain.baseAddress == copy.baseAddress, "no requester on that loop: no copy made")
+            }
+            here.plain.withUnsafeReadableBytes { other in
+                #expect(plain.baseAddress != other.baseAddress, "two loops never share a buffer")
             }
         }
-        #expect(shared.seq == 2)
+        #expect(String(buffer: broadcast.originCopy()) == String(buffer: here.originCopy))
+        // Without an `re`, the requester's copy is everyone's frame.
+        let unanswered = pending(6).frames(on: shard)
+        #expect(String(buffer: unanswered.originCopy) == String(buffer: unanswered.plain))
     }
 }
