@@ -2,18 +2,18 @@ import EventStream
 import NIOConcurrencyHelpers
 import NIOCore
 
-/// A broadcast encoded once: the bytes every subscriber gets, and the copy with `re` for the
-/// session whose request caused it.
+/// A broadcast's frames as one loop made them (`PendingBroadcast.frames(on:)`): the bytes every
+/// subscriber gets, and the copy with `re` for the session whose request caused it.
 struct BroadcastFrame: Sendable {
-    let seq: UInt64
-    let typeIndex: Int
+    let broadcast: PendingBroadcast
     let plain: ByteBuffer
-    let origin: SessionID?
     let originCopy: ByteBuffer
-    /// The index of the origin's loop in the hub's list, when known.
-    var originShard: Int? = nil
+
+    var seq: UInt64 { broadcast.seq }
+    var typeIndex: Int { broadcast.typeIndex }
+    var origin: SessionID? { broadcast.origin }
     /// When the broadcast reached the hub, for the fan-out latency histogram.
-    var receivedAt = NIODeadline.now()
+    var receivedAt: NIODeadline { broadcast.receivedAt }
 }
 
 /// A broadcast as the hub hands it to the loops: what its frames are made of. Each loop that
@@ -40,15 +40,7 @@ struct PendingBroadcast: Sendable {
     func frames(on shard: Int) -> BroadcastFrame {
         let plain = OutboundFrame.event(seq: seq, type: type, correlation: nil, mark: mark, body: body)
         let hasCopy = correlation != nil && (originShard == nil || originShard == shard)
-        return BroadcastFrame(
-            seq: seq,
-            typeIndex: typeIndex,
-            plain: plain,
-            origin: origin,
-            originCopy: hasCopy ? originCopy() : plain,
-            originShard: originShard,
-            receivedAt: receivedAt
-        )
+        return BroadcastFrame(broadcast: self, plain: plain, originCopy: hasCopy ? originCopy() : plain)
     }
 
     /// The requester's copy alone.

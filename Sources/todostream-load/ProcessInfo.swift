@@ -128,35 +128,31 @@ struct ServerCPUWindow {
         return CPUTicks(user: endTicks.user - startTicks.user, system: endTicks.system - startTicks.system)
     }
 
-    var ticks: Int? { split?.total }
-
-    var seconds: Double? { ticks.map { Double($0) / Double(SystemProbe.clockTicksPerSecond) } }
+    /// `ticks` in microseconds per operation, `count` of them.
+    private func microseconds(_ ticks: Int, per count: Int) -> Double {
+        Double(ticks) / Double(SystemProbe.clockTicksPerSecond) * 1e6 / Double(count)
+    }
 
     /// Adds `server_cpu_s`, `clk_tck`, `server_cpu_us_per_<unit>` (per `count` operations
     /// completed in the window) and its two parts, `server_cpu_user_us_per_<unit>` (the
     /// server's own code and its libraries) and `server_cpu_system_us_per_<unit>` (the
     /// kernel on its behalf: system calls, the TCP stack, the disk), to `report`.
     func fill(_ report: inout Report, count: Int, unit: String) {
-        guard let split, let seconds else { return }
+        guard let split else { return }
+        let seconds = Double(split.total) / Double(SystemProbe.clockTicksPerSecond)
         report.set("server_cpu_ticks", split.total)
         report.set("clk_tck", SystemProbe.clockTicksPerSecond)
         report.set("server_cpu_s", (seconds * 1_000).rounded() / 1_000)
         guard count > 0 else { return }
-        func perOperation(_ ticks: Int) -> Double {
-            (Double(ticks) / Double(SystemProbe.clockTicksPerSecond) * 1e7 / Double(count)).rounded() / 10
+        for (key, ticks) in [("", split.total), ("user_", split.user), ("system_", split.system)] {
+            report.set("server_cpu_\(key)us_per_\(unit)", (microseconds(ticks, per: count) * 10).rounded() / 10)
         }
-        report.set("server_cpu_us_per_\(unit)", perOperation(split.total))
-        report.set("server_cpu_user_us_per_\(unit)", perOperation(split.user))
-        report.set("server_cpu_system_us_per_\(unit)", perOperation(split.system))
     }
 
     /// " server CPU 12.3 µs/request (user 8.1, kernel 4.2)" or "".
     func text(count: Int, unit: String) -> String {
         guard let split, count > 0 else { return "" }
-        func perOperation(_ ticks: Int) -> String {
-            decimals(Double(ticks) / Double(SystemProbe.clockTicksPerSecond) * 1e6 / Double(count), 1)
-        }
-        return "; server CPU \(perOperation(split.total)) µs/\(unit) "
-            + "(user \(perOperation(split.user)), kernel \(perOperation(split.system)))"
+        let text = [split.total, split.user, split.system].map { decimals(microseconds($0, per: count), 1) }
+        return "; server CPU \(text[0]) µs/\(unit) (user \(text[1]), kernel \(text[2]))"
     }
 }
