@@ -91,6 +91,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
 
     private struct State {
         var serverChannels: [any Channel] = []
+        var streamListeners: [StreamListener] = []
         var bound: BoundAddresses?
     }
 
@@ -134,13 +135,12 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         if let bound = state.withLockedValue({ $0.bound }) { return bound }
         var bound = BoundAddresses()
         var channels: [any Channel] = []
+        var streamListeners: [StreamListener] = []
         do {
             if let address = listeners.tcp {
-                let channel = try await bind(address, kind: "TCP", halfClosure: true) { [self] channel in
-                    try self.configureStream(channel, tls: nil)
-                }
-                channels.append(channel)
-                bound.tcp = channel.localAddress
+                let listener = try listenForStreams(address)
+                streamListeners.append(listener)
+                bound.tcp = listener.localAddress
             }
             if let address = listeners.tls {
                 guard tlsContext.withLockedValue({ $0 }) != nil else {
@@ -163,13 +163,18 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 bound.http = channel.localAddress
             }
         } catch {
+            for listener in streamListeners { try? await listener.close().get() }
             for channel in channels { try? await channel.close() }
             throw error
         }
         let result = bound
         state.withLockedValue {
             $0.serverChannels = channels
+            $0.streamListeners = streamListeners
             $0.bound = result
+        }
+        for listener in streamListeners {
+            logger.info("listening", metadata: ["address": "\(listener.localAddress.map { "\($0)" } ?? "?")"])
         }
         for channel in channels {
             logger.info("listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
@@ -183,37 +188,14 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         halfClosure: Bool = false,
         _ initializer: @escaping @Sendable (any Channel) throws -> Void
     ) async throws -> any Channel {
-        let hub = self.hub
-        let settings = self.settings
-        let children = self.children
-        let logger = self.logger
-        let sendBuffer = settings.configuration.socketSendBufferBytes
+        let admit = admission(initializer)
         let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.backlog, value: Self.listenBacklog)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
             .childChannelOption(.allowRemoteHalfClosure, value: halfClosure)
-            .childChannelInitializer { channel in
-                let ip = channel.remoteAddress?.ipAddress ?? "?"
-                switch hub.admit(ip: ip, limits: settings.configuration) {
-                case .admitted:
-                    break
-                case .tooManyTotal, .tooManyFromIP:
-                    logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
-                    return channel.close()
-                }
-                if let sendBuffer {
-                    _ = channel.setOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBuffer))
-                }
-                let key = ObjectIdentifier(channel)
-                children.withLockedValue { $0[key] = channel }
-                channel.closeFuture.whenComplete { _ in
-                    hub.release(ip: ip)
-                    children.withLockedValue { $0[key] = nil }
-                }
-                return channel.eventLoop.makeCompletedFuture { try initializer(channel) }
-            }
+            .childChannelInitializer(admit)
         do {
             if let descriptor = address.inheritedDescriptor {
                 return try await bootstrap.withBoundSocket(descriptor).get()
@@ -226,6 +208,77 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         }
     }
 
+    /// The kernel's queue of connections not yet accepted, per listener.
+    static var listenBacklog: Int32 { 1024 }
+
+    /// A new connection's first step on every listener: admitted within the connection limits
+    /// (or closed), tracked until it closes, then set up by `initializer`.
+    private func admission(
+        _ initializer: @escaping @Sendable (any Channel) throws -> Void
+    ) -> @Sendable (any Channel) -> EventLoopFuture<Void> {
+        let hub = self.hub
+        let settings = self.settings
+        let children = self.children
+        let logger = self.logger
+        let sendBuffer = settings.configuration.socketSendBufferBytes
+        return { channel in
+            let ip = channel.remoteAddress?.ipAddress ?? "?"
+            switch hub.admit(ip: ip, limits: settings.configuration) {
+            case .admitted:
+                break
+            case .tooManyTotal, .tooManyFromIP:
+                logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
+                return channel.close()
+            }
+            if let sendBuffer {
+                _ = channel.setOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBuffer))
+            }
+            let key = ObjectIdentifier(channel)
+            children.withLockedValue { $0[key] = channel }
+            channel.closeFuture.whenComplete { _ in
+                hub.release(ip: ip)
+                children.withLockedValue { $0[key] = nil }
+            }
+            return channel.eventLoop.makeCompletedFuture { try initializer(channel) }
+        }
+    }
+
+    /// The plain TCP listener: its connections are accepted by `StreamListener`'s thread, so
+    /// each session knows its socket and writes to it directly when nothing waits in NIO.
+    private func listenForStreams(_ address: ListenerConfiguration.Address) throws -> StreamListener {
+        let listener: StreamListener
+        do {
+            listener = try StreamListener.open(
+                host: address.host,
+                port: address.port,
+                inheritedDescriptor: address.inheritedDescriptor,
+                backlog: Self.listenBacklog,
+                finishedOn: group.next()
+            )
+        } catch let error as IOError {
+            throw ListenError(message: "cannot listen on \(address) (TCP): \(Self.reason(error))")
+        } catch {
+            throw ListenError(message: "cannot listen on \(address) (TCP): \(error)")
+        }
+        let group = self.group
+        let logger = self.logger
+        listener.run(logger: logger) { [self] descriptor in
+            let admit = self.admission { channel in
+                try self.configureStream(channel, tls: nil, descriptor: descriptor)
+            }
+            ClientBootstrap(group: group)
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.maxMessagesPerRead, value: 16)
+                .channelOption(.allowRemoteHalfClosure, value: true)
+                .channelInitializer(admit)
+                .withConnectedSocket(descriptor)
+                .whenFailure { error in
+                    logger.debug("connection not set up", metadata: ["error": "\(error)"])
+                }
+        }
+        return listener
+    }
+
     private static func reason(_ error: IOError) -> String {
         switch error.errnoCode {
         case EADDRINUSE: return "address already in use"
@@ -235,7 +288,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         }
     }
 
-    private func configureStream(_ channel: any Channel, tls: NIOSSLContext?) throws {
+    private func configureStream(_ channel: any Channel, tls: NIOSSLContext?, descriptor: CInt? = nil) throws {
         let configuration = settings.configuration
         let sync = channel.pipeline.syncOperations
         if let tls {
@@ -248,7 +301,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 loop: channel.eventLoop,
                 transport: tls == nil ? "tcp" : "tls",
                 remoteIP: channel.remoteAddress?.ipAddress ?? "?",
-                startMode: tls == nil ? .onActive : .onTLSHandshake
+                startMode: tls == nil ? .onActive : .onTLSHandshake,
+                socket: descriptor
             )
         )
     }
@@ -371,10 +425,14 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     /// Stops accepting, tells clients `draining`, waits (bounded) for in-flight requests, then
     /// closes every connection.
     public func drain() async {
-        let channels = state.withLockedValue { state in
-            defer { state.serverChannels = [] }
-            return state.serverChannels
+        let (channels, streamListeners) = state.withLockedValue { state in
+            defer {
+                state.serverChannels = []
+                state.streamListeners = []
+            }
+            return (state.serverChannels, state.streamListeners)
         }
+        for listener in streamListeners { try? await listener.close().get() }
         for channel in channels { try? await channel.close() }
         let configuration = settings.configuration
         let base = configuration.drainReconnectAfterMs

@@ -1,5 +1,6 @@
 import EventStream
 import Foundation
+import Glibc
 import Logging
 import NIOCore
 import NIOSSL
@@ -63,6 +64,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// this many bytes unsent.
     private var highWaterMark = Int.max
     private var stallWatch = StallWatch.idle
+    /// The connection's socket, when the session may write to it itself (plain TCP).
+    private let socket: CInt?
+    /// Whether writes go straight to `socket` or through the channel.
+    private var socketWrites: SocketWriteStateMachine
+    /// The channel of `socket`, kept to ask whether it is still active before each send (asking
+    /// the context for it walks through the pipeline).
+    private var socketChannel: (any Channel)?
 
     let id: SessionID
     let uuid = UUID().uuidString.lowercased()
@@ -106,8 +114,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         remoteIP: String,
         startMode: StartMode,
         preauthenticated: Role? = nil,
-        webSocketCompression: Bool = false
+        webSocketCompression: Bool = false,
+        socket: CInt? = nil
     ) {
+        self.socket = socket
+        self.socketWrites = SocketWriteStateMachine(direct: socket != nil)
         self.preauthenticated = preauthenticated
         self.services = services
         self.id = services.hub.makeSessionID()
@@ -157,6 +168,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        if socket != nil { socketChannel = context.channel }
         channelWritable = context.channel.isWritable
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
             highWaterMark = waterMark.high
@@ -184,6 +196,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        _ = socketWrites.close()
         stop()
         context.fireChannelInactive()
     }
@@ -191,6 +204,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         stop()
         self.context = nil
+        socketChannel = nil
     }
 
     private func start() {
@@ -308,7 +322,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case .close:
             guard case .closeWhenFlushed = closeSession(.inputClosed) else { return }
             let channel = context.channel
-            context.writeAndFlush(wrapOutboundOut(ByteBuffer())).whenComplete { _ in channel.close(promise: nil) }
+            let promise = loop.makePromise(of: Void.self)
+            channelWrite(context, ByteBuffer(), flush: true, promise: promise)
+            promise.futureResult.whenComplete { _ in channel.close(promise: nil) }
         case .read:
             context.read()
         case .none:
@@ -777,6 +793,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
+        if case .gathered = socketWrites.write(bytes) {
+            needsFlush = true
+            if flushing { flush() }
+            return
+        }
         let limits = self.limits
         switch outbound.write(
             bytes,
@@ -787,11 +808,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             maxFrames: limits.frames
         ) {
         case .write where flushing:
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            channelWrite(context, bytes, flush: true)
             needsFlush = false
             watchForStall()
         case .write:
-            context.write(wrapOutboundOut(bytes), promise: nil)
+            channelWrite(context, bytes)
             needsFlush = true
         case .queued:
             break
@@ -803,8 +824,59 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func flush() {
         guard needsFlush, let context else { return }
         needsFlush = false
-        context.flush()
+        if socketWrites.hasGathered {
+            sendGathered(context)
+        } else {
+            context.flush()
+        }
         watchForStall()
+    }
+
+    /// Hands `buffer` to the channel, behind anything gathered for the socket. On a socket of
+    /// our own the write is counted until the channel completes it (`SocketWriteStateMachine`).
+    private func channelWrite(
+        _ context: ChannelHandlerContext,
+        _ buffer: ByteBuffer,
+        flush: Bool = false,
+        promise: EventLoopPromise<Void>? = nil
+    ) {
+        if socketWrites.hasGathered { sendGathered(context) }
+        var promise = promise
+        if socketWrites.countsChannelWrites {
+            socketWrites.handedToChannel()
+            promise = completionTracked(promise)
+        }
+        if flush {
+            context.writeAndFlush(wrapOutboundOut(buffer), promise: promise)
+        } else {
+            context.write(wrapOutboundOut(buffer), promise: promise)
+        }
+    }
+
+    /// `promise` (or a new one) with the socket's bookkeeping attached to its completion.
+    private func completionTracked(_ promise: EventLoopPromise<Void>?) -> EventLoopPromise<Void> {
+        let tracked = promise ?? loop.makePromise(of: Void.self)
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        tracked.futureResult.whenComplete { _ in
+            let session = bound.value
+            session.socketWrites.channelWriteCompleted(queueEmpty: session.outbound.isEmpty)
+        }
+        return tracked
+    }
+
+    /// Sends what was gathered for the socket with one system call; the kernel's leftovers go
+    /// to the channel, which then writes everything until it has caught up.
+    private func sendGathered(_ context: ChannelHandlerContext) {
+        guard case .send(let buffers) = socketWrites.flush() else { return }
+        // The channel closes its socket only on this loop, after it stops being active: while
+        // it is active, the descriptor is still this connection's.
+        guard let socket, let socketChannel, socketChannel.isActive else { return }
+        let written = sendToSocket(buffers, descriptor: socket)
+        guard case .handToChannel(let rest) = socketWrites.sent(written, of: buffers) else { return }
+        for buffer in rest {
+            context.write(wrapOutboundOut(buffer), promise: completionTracked(nil))
+        }
+        context.flush()
     }
 
     /// Whether a look at a backlog over the bound is scheduled, and how large it was then.
@@ -847,7 +919,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Hand the channel what waited, as much as it takes before it is full again (a
             // write that fills it calls this again, which clears `channelWritable`).
             while channelWritable, let next = outbound.next() {
-                context.write(wrapOutboundOut(next), promise: nil)
+                channelWrite(context, next)
                 needsFlush = true
             }
             flush()
@@ -885,7 +957,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             correlation: nil
         )
         let promise = loop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
+        channelWrite(context, frame, flush: true, promise: promise)
         let channel = context.channel
         let grace = TimeAmount.milliseconds(Int64(configuration.slowConsumerGraceMs))
         let timeout = loop.scheduleTask(in: grace) { channel.close(promise: nil) }
@@ -901,10 +973,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Sends a last frame behind everything queued, then closes.
     private func closeAfter(_ frame: ByteBuffer) {
         guard let context, case .sendLastFrameAndClose = closeSession(.afterLastFrame) else { return }
-        while let next = outbound.next() { context.write(wrapOutboundOut(next), promise: nil) }
+        while let next = outbound.next() { channelWrite(context, next) }
         let channel = context.channel
         let promise = loop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(frame), promise: promise)
+        channelWrite(context, frame, flush: true, promise: promise)
         promise.futureResult.whenComplete { _ in channel.close(promise: nil) }
     }
 
@@ -943,4 +1015,35 @@ private func isASCII(_ raw: UnsafeRawBufferPointer) -> Bool {
         index += 1
     }
     return true
+}
+
+/// Sends `buffers` in order with one system call (`send`, or `sendmsg` for several) and
+/// returns how many bytes the kernel took: 0 when it took none (a full socket) or the call
+/// failed, in which case the channel writes them and meets the error itself.
+func sendToSocket(_ buffers: [ByteBuffer], descriptor: CInt) -> Int {
+    while true {
+        let result: Int
+        if buffers.count == 1 {
+            result = buffers[0].withUnsafeReadableBytes { bytes in
+                Glibc.send(descriptor, bytes.baseAddress, bytes.count, CInt(MSG_NOSIGNAL))
+            }
+        } else {
+            let count = min(buffers.count, Int(UIO_MAXIOV))
+            result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: count) { vectors in
+                for index in 0..<count {
+                    // `buffers` keeps every storage alive (and unchanged) until the call returns.
+                    let (base, length) = buffers[index].withUnsafeReadableBytesWithStorageManagement { bytes, _ in
+                        (bytes.baseAddress, bytes.count)
+                    }
+                    vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: base), iov_len: length)
+                }
+                var message = msghdr()
+                message.msg_iov = vectors.baseAddress
+                message.msg_iovlen = count
+                return sendmsg(descriptor, &message, CInt(MSG_NOSIGNAL))
+            }
+        }
+        if result < 0, errno == EINTR { continue }
+        return max(0, result)
+    }
 }

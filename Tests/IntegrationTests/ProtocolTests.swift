@@ -423,6 +423,17 @@ import TodoStore
             // Still connected and answered: not cut.
             try await paused.send(["op": "ping", "id": "p"])
             #expect(try await paused.json()["op"] as? String == "pong")
+            // Caught up, its session writes to the socket itself again (plain TCP): what
+            // follows the backlog continues it, in order and without gaps.
+            let more = 300
+            try await toggle(id, times: more, from: writer)
+            for _ in 0..<more {
+                let frame = try await paused.json(timeout: .seconds(30))
+                let seq = try #require(frame["seq"] as? Int, "not a broadcast: \(frame)")
+                #expect(seq == last + 1, "broadcasts in order, no gaps")
+                last = seq
+            }
+            #expect(last == count + 1 + more)
         }
     }
 

@@ -1,0 +1,158 @@
+import NIOCore
+
+/// Where a plain TCP session's writes go: straight to its socket, or through the channel.
+///
+/// A session whose channel holds nothing of its earlier writes gathers its frames here and, at
+/// the flush, sends them with one system call of its own (`send` or `sendmsg`), past NIO's
+/// pipeline and its pending-write bookkeeping. What the kernel does not take goes to the
+/// channel, and from then on everything goes behind it through the channel, until the channel
+/// has written all of it and nothing waits in the session's own queue: then writes go straight
+/// to the socket again. Order is kept because the two never hold bytes at the same time.
+/// (docs/DECISIONS.md, "Plain TCP sessions write to their socket".)
+///
+/// Sessions on TLS and WebSocket, whose bytes the pipeline transforms, start `channelOnly`.
+/// No I/O here: the session carries out the actions.
+struct SocketWriteStateMachine {
+    private enum State {
+        /// Everything goes through the channel (no socket of our own, or the session closes).
+        case channelOnly
+        /// The channel holds nothing unsent: writes gather here until the flush.
+        case direct(gathered: [ByteBuffer])
+        /// The channel holds `unfinished` writes that it has not completed yet.
+        case throughChannel(unfinished: Int)
+        /// Only while a gathered write is being appended (keeps the array unshared).
+        case modifying
+    }
+
+    private var state: State
+
+    init(direct: Bool) {
+        state = direct ? .direct(gathered: []) : .channelOnly
+    }
+
+    enum WriteAction: Equatable {
+        /// Gathered; goes out at the next flush.
+        case gathered
+        /// Goes through the channel (its queue and water marks as usual).
+        case channel
+    }
+
+    /// A frame (or run of frames) to write.
+    mutating func write(_ buffer: ByteBuffer) -> WriteAction {
+        switch state {
+        case .direct(var gathered):
+            state = .modifying
+            gathered.append(buffer)
+            state = .direct(gathered: gathered)
+            return .gathered
+        case .channelOnly, .throughChannel:
+            return .channel
+        case .modifying:
+            preconditionFailure("reentrant write")
+        }
+    }
+
+    /// Whether writes made now go through the channel, so the session must count them
+    /// (`handedToChannel`) to learn when the channel holds nothing again.
+    var countsChannelWrites: Bool {
+        if case .channelOnly = state { return false }
+        return true
+    }
+
+    /// Whether frames are gathered and not yet sent.
+    var hasGathered: Bool {
+        if case .direct(let gathered) = state { return !gathered.isEmpty }
+        return false
+    }
+
+    enum FlushAction {
+        /// Nothing gathered.
+        case none
+        /// Send these, in order, with one system call; then report with `sent(_:of:)`.
+        case send([ByteBuffer])
+    }
+
+    mutating func flush() -> FlushAction {
+        guard case .direct(let gathered) = state, !gathered.isEmpty else { return .none }
+        state = .direct(gathered: [])
+        return .send(gathered)
+    }
+
+    enum SentAction: Equatable {
+        /// The kernel took everything.
+        case done
+        /// Hand these (what the kernel did not take, in order) to the channel and flush; each
+        /// write counts as `handedToChannel` already.
+        case handToChannel([ByteBuffer])
+    }
+
+    /// The result of a send: `written` bytes taken by the kernel (0 when the socket was full
+    /// or the call failed: the channel then writes it all, and meets any error itself).
+    mutating func sent(_ written: Int, of buffers: [ByteBuffer]) -> SentAction {
+        var skip = max(0, written)
+        var rest: [ByteBuffer] = []
+        for buffer in buffers {
+            if skip >= buffer.readableBytes {
+                skip -= buffer.readableBytes
+                continue
+            }
+            var remaining = buffer
+            remaining.moveReaderIndex(forwardBy: skip)
+            skip = 0
+            rest.append(remaining)
+        }
+        guard !rest.isEmpty else { return .done }
+        switch state {
+        case .direct(let gathered) where gathered.isEmpty:
+            state = .throughChannel(unfinished: rest.count)
+        case .direct(let gathered):
+            // Written during the send's hand-over (not expected): they follow the rest.
+            state = .throughChannel(unfinished: rest.count)
+            rest += gathered
+            return .handToChannel(rest)
+        case .throughChannel(let unfinished):
+            state = .throughChannel(unfinished: unfinished + rest.count)
+        case .channelOnly:
+            break
+        case .modifying:
+            preconditionFailure("reentrant send")
+        }
+        return .handToChannel(rest)
+    }
+
+    /// A write went to the channel (while `countsChannelWrites`).
+    mutating func handedToChannel() {
+        switch state {
+        case .direct(let gathered):
+            // The gathered frames were flushed first (`hasGathered` is checked before); from now
+            // on the channel holds bytes.
+            precondition(gathered.isEmpty, "channel write with frames gathered")
+            state = .throughChannel(unfinished: 1)
+        case .throughChannel(let unfinished):
+            state = .throughChannel(unfinished: unfinished + 1)
+        case .channelOnly:
+            break
+        case .modifying:
+            preconditionFailure("reentrant hand-over")
+        }
+    }
+
+    /// A write handed to the channel completed (written, or failed because the channel
+    /// closed). `queueEmpty`: nothing waits in the session's own queue either.
+    mutating func channelWriteCompleted(queueEmpty: Bool) {
+        guard case .throughChannel(let unfinished) = state else { return }
+        if unfinished <= 1, queueEmpty {
+            state = .direct(gathered: [])
+        } else {
+            state = .throughChannel(unfinished: max(0, unfinished - 1))
+        }
+    }
+
+    /// The session closes (or its socket did): the channel does the rest; whatever is gathered
+    /// is returned, to go to the channel ahead of the last frames.
+    mutating func close() -> [ByteBuffer] {
+        defer { state = .channelOnly }
+        if case .direct(let gathered) = state { return gathered }
+        return []
+    }
+}

@@ -1,0 +1,120 @@
+import NIOCore
+import Testing
+
+@testable import Relay
+
+@Suite struct SocketWriteStateMachineTests {
+    private func texts(_ action: SocketWriteStateMachine.FlushAction) -> [String] {
+        guard case .send(let buffers) = action else { return [] }
+        return buffers.map { String(buffer: $0) }
+    }
+
+    private func texts(_ action: SocketWriteStateMachine.SentAction) -> [String]? {
+        guard case .handToChannel(let buffers) = action else { return nil }
+        return buffers.map { String(buffer: $0) }
+    }
+
+    @Test func framesAreGatheredAndSentTogetherAtTheFlush() {
+        var machine = SocketWriteStateMachine(direct: true)
+        #expect(!machine.hasGathered)
+        #expect(machine.write(ByteBuffer(string: "a\n")) == .gathered)
+        #expect(machine.write(ByteBuffer(string: "bc\n")) == .gathered)
+        #expect(machine.hasGathered)
+        let flush = machine.flush()
+        #expect(texts(flush) == ["a\n", "bc\n"])
+        #expect(!machine.hasGathered)
+        guard case .send(let buffers) = flush else { return }
+        #expect(machine.sent(5, of: buffers) == .done)
+        // Still straight to the socket.
+        #expect(machine.write(ByteBuffer(string: "d\n")) == .gathered)
+    }
+
+    @Test func aFlushWithNothingGatheredSendsNothing() {
+        var machine = SocketWriteStateMachine(direct: true)
+        guard case .none = machine.flush() else {
+            Issue.record("sent with nothing gathered")
+            return
+        }
+    }
+
+    @Test func withoutASocketEverythingGoesThroughTheChannelUncounted() {
+        var machine = SocketWriteStateMachine(direct: false)
+        #expect(machine.write(ByteBuffer(string: "a\n")) == .channel)
+        #expect(!machine.countsChannelWrites)
+        machine.handedToChannel()
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "b\n")) == .channel)
+    }
+
+    @Test func whatTheKernelLeavesGoesToTheChannelAndLaterWritesFollowIt() {
+        var machine = SocketWriteStateMachine(direct: true)
+        _ = machine.write(ByteBuffer(string: "abc\n"))
+        _ = machine.write(ByteBuffer(string: "def\n"))
+        _ = machine.write(ByteBuffer(string: "ghi\n"))
+        guard case .send(let buffers) = machine.flush() else {
+            Issue.record("nothing to send")
+            return
+        }
+        // The kernel took "abc\nde": the rest of the second frame and the third remain.
+        #expect(texts(machine.sent(6, of: buffers)) == ["f\n", "ghi\n"])
+        #expect(machine.write(ByteBuffer(string: "jkl\n")) == .channel)
+        machine.handedToChannel()
+        // Three writes in the channel: back to the socket only when all three completed.
+        machine.channelWriteCompleted(queueEmpty: true)
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "mno\n")) == .channel)
+        machine.handedToChannel()
+        machine.channelWriteCompleted(queueEmpty: true)
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "pqr\n")) == .gathered)
+    }
+
+    @Test func aFullSocketOrAFailedSendHandsEverythingToTheChannel() {
+        var machine = SocketWriteStateMachine(direct: true)
+        _ = machine.write(ByteBuffer(string: "a\n"))
+        _ = machine.write(ByteBuffer(string: "b\n"))
+        guard case .send(let buffers) = machine.flush() else {
+            Issue.record("nothing to send")
+            return
+        }
+        #expect(texts(machine.sent(0, of: buffers)) == ["a\n", "b\n"])
+        #expect(machine.write(ByteBuffer(string: "c\n")) == .channel)
+    }
+
+    @Test func framesWaitingInTheSessionsQueueKeepWritesInTheChannel() {
+        var machine = SocketWriteStateMachine(direct: true)
+        _ = machine.write(ByteBuffer(string: "a\n"))
+        guard case .send(let buffers) = machine.flush() else {
+            Issue.record("nothing to send")
+            return
+        }
+        _ = machine.sent(0, of: buffers)
+        // The channel completed its write, but frames wait in the session's queue (the
+        // channel was full): they go through the channel first.
+        machine.channelWriteCompleted(queueEmpty: false)
+        #expect(machine.write(ByteBuffer(string: "b\n")) == .channel)
+        machine.handedToChannel()
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "c\n")) == .gathered)
+    }
+
+    @Test func aChannelWriteWhileDirectIsCountedUntilItCompletes() {
+        var machine = SocketWriteStateMachine(direct: true)
+        #expect(machine.countsChannelWrites)
+        // A last frame written through the channel (a close): the channel holds it now.
+        machine.handedToChannel()
+        #expect(machine.write(ByteBuffer(string: "a\n")) == .channel)
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "b\n")) == .gathered)
+    }
+
+    @Test func closingReturnsWhatWasGatheredAndLeavesTheChannelEverything() {
+        var machine = SocketWriteStateMachine(direct: true)
+        _ = machine.write(ByteBuffer(string: "a\n"))
+        #expect(machine.close().map { String(buffer: $0) } == ["a\n"])
+        #expect(!machine.countsChannelWrites)
+        #expect(machine.write(ByteBuffer(string: "b\n")) == .channel)
+        machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.write(ByteBuffer(string: "c\n")) == .channel)
+    }
+}
