@@ -68,9 +68,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private let socket: CInt?
     /// Whether writes go straight to `socket` or through the channel.
     private var socketWrites: SocketWriteStateMachine
-    /// The channel of `socket`, kept to ask whether it is still active before each send (asking
-    /// the context for it walks through the pipeline).
-    private var socketChannel: (any Channel)?
 
     let id: SessionID
     let uuid = UUID().uuidString.lowercased()
@@ -168,7 +165,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if socket != nil { socketChannel = context.channel }
         channelWritable = context.channel.isWritable
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
             highWaterMark = waterMark.high
@@ -182,6 +178,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is LineFrameDecoder.InputEnded {
+            leaveSocket(context)
+            return
+        }
         if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {
             // The client has finished sending (e.g. `nc -N`, a pipe at its end): answer
             // everything it sent, then close.
@@ -196,7 +196,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        _ = socketWrites.close()
+        leaveSocket(context)
         stop()
         context.fireChannelInactive()
     }
@@ -204,7 +204,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         stop()
         self.context = nil
-        socketChannel = nil
     }
 
     private func start() {
@@ -853,6 +852,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
     }
 
+    /// From here on the channel writes everything: the input ended, or the channel closed.
+    ///
+    /// NIO closes a channel's socket on this loop, and tells the pipeline right after (the
+    /// callbacks of writes it fails meanwhile never write): the decoder's `InputEnded`, ahead
+    /// of the last frames, or, when the decoder is busy with a read, `channelInactive`. So the
+    /// session never sends to a descriptor that is closed, or reused by another connection.
+    private func leaveSocket(_ context: ChannelHandlerContext) {
+        for buffer in socketWrites.close() { context.write(wrapOutboundOut(buffer), promise: nil) }
+    }
+
     /// `promise` (or a new one) with the socket's bookkeeping attached to its completion.
     private func completionTracked(_ promise: EventLoopPromise<Void>?) -> EventLoopPromise<Void> {
         let tracked = promise ?? loop.makePromise(of: Void.self)
@@ -867,10 +876,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Sends what was gathered for the socket with one system call; the kernel's leftovers go
     /// to the channel, which then writes everything until it has caught up.
     private func sendGathered(_ context: ChannelHandlerContext) {
-        guard case .send(let buffers) = socketWrites.flush() else { return }
-        // The channel closes its socket only on this loop, after it stops being active: while
-        // it is active, the descriptor is still this connection's.
-        guard let socket, let socketChannel, socketChannel.isActive else { return }
+        guard case .send(let buffers) = socketWrites.flush(), let socket else { return }
         let written = sendToSocket(buffers, descriptor: socket)
         guard case .handToChannel(let rest) = socketWrites.sent(written, of: buffers) else { return }
         for buffer in rest {

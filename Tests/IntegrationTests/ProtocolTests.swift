@@ -385,6 +385,52 @@ import TodoStore
     /// it (in the kernel, in the channel, and past the channel's high-water mark in the
     /// session's own queue, which only a writability change hands on) reaches it in order once
     /// it reads again.
+    /// A client that half-closes after a last line with no newline gets that line's answer:
+    /// from the end of its input on, the session writes through the channel, not the socket.
+    @Test func aLastLineWithoutNewlineBeforeAHalfCloseIsAnswered() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            try await client.sendLine(#"{"op":"ping","id":"first"}"#)
+            #expect(try await client.json()["re"] as? String == "first")
+            try await client.send(#"{"op":"ping","id":"last"}"#)
+            try await client.channel.close(mode: .output)
+            let rest = String(decoding: try await client.waitForClose(), as: UTF8.self)
+            #expect(rest == #"{"op":"pong","re":"last"}"# + "\n")
+        }
+    }
+
+    /// Connections reset with a last frame unread leave, one after another, while others
+    /// connect (whose sockets may take the numbers just freed): nobody gets another's answer.
+    @Test func answersToAConnectionThatWasResetReachNobodyElse() async throws {
+        try await withDaemon { daemon in
+            var bystanders: [TestConnection] = []
+            for round in 0..<40 {
+                let (leaver, _) = try await daemon.client()
+                try await leaver.sendLine(#"{"op":"ping","id":"leaver-\#(round)-a"}"#)
+                try await leaver.send(#"{"op":"ping","id":"leaver-\#(round)-b"}"#)
+                // SO_LINGER 0: the close is a reset, so the daemon tears the channel down with
+                // the unterminated frame still in its decoder.
+                let provider = try #require(leaver.channel as? any SocketOptionProvider)
+                try await provider.setSoLinger(linger(l_onoff: 1, l_linger: 0)).get()
+                await leaver.close()
+                let (bystander, hello) = try await daemon.client()
+                #expect(hello["op"] as? String == "hello")
+                try await bystander.sendLine(#"{"op":"ping","id":"bystander-\#(round)"}"#)
+                bystanders.append(bystander)
+            }
+            for (round, bystander) in bystanders.enumerated() {
+                try await bystander.sendLine(#"{"op":"ping","id":"end"}"#)
+                let (_, before) = try await bystander.json(until: { ($0["re"] as? String) == "end" })
+                #expect(before.map { $0["re"] as? String } == ["bystander-\(round)"])
+                await bystander.close()
+            }
+            // The daemon still answers.
+            let (last, _) = try await daemon.client()
+            try await last.sendLine(#"{"op":"ping","id":"after"}"#)
+            #expect(try await last.json()["re"] as? String == "after")
+        }
+    }
+
     @Test func aClientThatPausesWithinTheBoundGetsEveryFrameInOrder() async throws {
         try await withDaemon(
             .custom({ options in
