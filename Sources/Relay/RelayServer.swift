@@ -211,9 +211,15 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     /// The kernel's queue of connections not yet accepted, per listener.
     static var listenBacklog: Int32 { 1024 }
 
+    /// A connection refused for the connection limits, in the set-up of a socket accepted by
+    /// `StreamListener` (whose bootstrap closes it: it is not registered yet).
+    struct ConnectionRefused: Error {}
+
     /// A new connection's first step on every listener: admitted within the connection limits
-    /// (or closed), tracked until it closes, then set up by `initializer`.
+    /// (or closed: `unregistered` when the channel is not registered yet, so its set-up fails
+    /// and its bootstrap closes it), tracked until it closes, then set up by `initializer`.
     private func admission(
+        unregistered: Bool = false,
         _ initializer: @escaping @Sendable (any Channel) throws -> Void
     ) -> @Sendable (any Channel) -> EventLoopFuture<Void> {
         let hub = self.hub
@@ -228,6 +234,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 break
             case .tooManyTotal, .tooManyFromIP:
                 logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
+                if unregistered { return channel.eventLoop.makeFailedFuture(ConnectionRefused()) }
                 return channel.close()
             }
             if let sendBuffer {
@@ -263,7 +270,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let group = self.group
         let logger = self.logger
         listener.run(logger: logger) { [self] descriptor in
-            let admit = self.admission { channel in
+            let admit = self.admission(unregistered: true) { channel in
                 try self.configureStream(channel, tls: nil, descriptor: descriptor)
             }
             ClientBootstrap(group: group)
@@ -273,6 +280,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 .channelInitializer(admit)
                 .withConnectedSocket(descriptor)
                 .whenFailure { error in
+                    guard !(error is ConnectionRefused) else { return }
                     logger.debug("connection not set up", metadata: ["error": "\(error)"])
                 }
         }

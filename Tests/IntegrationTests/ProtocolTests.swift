@@ -385,6 +385,33 @@ import TodoStore
     /// it (in the kernel, in the channel, and past the channel's high-water mark in the
     /// session's own queue, which only a writability change hands on) reaches it in order once
     /// it reads again.
+    /// Past `max_connections` a TCP connection is closed at once, with nothing sent; one that
+    /// closes makes room for the next, and those admitted are served throughout.
+    @Test func connectionsOverTheLimitAreClosedAndTheOthersServed() async throws {
+        try await withDaemon(.custom({ $0.relay.maxConnections = 3 })) { daemon in
+            var admitted: [TestConnection] = []
+            for _ in 0..<3 { admitted.append(try await daemon.client().0) }
+            let refused = try await TestConnection.connect(port: daemon.tcpPort)
+            #expect(try await refused.waitForClose().isEmpty)
+            for (index, client) in admitted.enumerated() {
+                try await client.sendLine(#"{"op":"ping","id":"\#(index)"}"#)
+                #expect(try await client.json()["re"] as? String == "\(index)")
+            }
+            await admitted[0].close()
+            // The slot is released when the daemon sees the close: retry until it has.
+            var hello: [String: Any]?
+            for _ in 0..<200 where hello == nil {
+                let next = try await TestConnection.connect(port: daemon.tcpPort)
+                if let line = try? await next.line(timeout: .seconds(2)) {
+                    hello = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                } else {
+                    await next.close()
+                }
+            }
+            #expect(hello?["op"] as? String == "hello")
+        }
+    }
+
     /// A client that half-closes after a last line with no newline gets that line's answer:
     /// from the end of its input on, the session writes through the channel, not the socket.
     @Test func aLastLineWithoutNewlineBeforeAHalfCloseIsAnswered() async throws {
