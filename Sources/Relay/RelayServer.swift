@@ -138,7 +138,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         var streamListeners: [StreamListener] = []
         do {
             if let address = listeners.tcp {
-                let listener = try listenForStreams(address)
+                let listener = try listenForStreams(address, kind: "TCP", halfClosure: true) { [self] in
+                    try self.configureStream($0, tls: nil, descriptor: $1)
+                }
                 streamListeners.append(listener)
                 bound.tcp = listener.localAddress
             }
@@ -156,11 +158,20 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 if listeners.httpTLS, tlsContext.withLockedValue({ $0 }) == nil {
                     throw ListenError(message: "cannot serve HTTPS on \(address): no certificate configured")
                 }
-                let channel = try await bind(address, kind: "HTTP") { [self] channel in
-                    try self.configureHTTP(channel)
+                if listeners.httpTLS {
+                    let channel = try await bind(address, kind: "HTTP") { [self] channel in
+                        try self.configureHTTP(channel, descriptor: nil)
+                    }
+                    channels.append(channel)
+                    bound.http = channel.localAddress
+                } else {
+                    // Plain HTTP: a WebSocket session writes its runs to its socket.
+                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) { [self] in
+                        try self.configureHTTP($0, descriptor: $1)
+                    }
+                    streamListeners.append(listener)
+                    bound.http = listener.localAddress
                 }
-                channels.append(channel)
-                bound.http = channel.localAddress
             }
         } catch {
             for listener in streamListeners { try? await listener.close().get() }
@@ -250,9 +261,15 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         }
     }
 
-    /// The plain TCP listener: its connections are accepted by `StreamListener`'s thread, so
-    /// each session knows its socket and writes to it directly when nothing waits in NIO.
-    private func listenForStreams(_ address: ListenerConfiguration.Address) throws -> StreamListener {
+    /// A listener whose connections are accepted by `StreamListener`'s thread (plain TCP, and
+    /// plain HTTP), so each session knows its socket and writes to it directly when nothing
+    /// waits in NIO; `configure` sets up each connection's pipeline, given its socket.
+    private func listenForStreams(
+        _ address: ListenerConfiguration.Address,
+        kind: String,
+        halfClosure: Bool,
+        _ configure: @escaping @Sendable (any Channel, CInt) throws -> Void
+    ) throws -> StreamListener {
         let listener: StreamListener
         do {
             listener = try StreamListener.open(
@@ -263,20 +280,18 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 finishedOn: group.next()
             )
         } catch let error as IOError {
-            throw ListenError(message: "cannot listen on \(address) (TCP): \(Self.reason(error))")
+            throw ListenError(message: "cannot listen on \(address) (\(kind)): \(Self.reason(error))")
         } catch {
-            throw ListenError(message: "cannot listen on \(address) (TCP): \(error)")
+            throw ListenError(message: "cannot listen on \(address) (\(kind)): \(error)")
         }
         let group = self.group
         let logger = self.logger
         listener.run(logger: logger) { [self] descriptor in
-            let admit = self.admission(unregistered: true) { channel in
-                try self.configureStream(channel, tls: nil, descriptor: descriptor)
-            }
+            let admit = self.admission(unregistered: true) { channel in try configure(channel, descriptor) }
             ClientBootstrap(group: group)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelOption(.maxMessagesPerRead, value: 16)
-                .channelOption(.allowRemoteHalfClosure, value: true)
+                .channelOption(.allowRemoteHalfClosure, value: halfClosure)
                 .channelInitializer(admit)
                 .withConnectedSocket(descriptor)
                 .whenFailure { error in
@@ -315,7 +330,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         )
     }
 
-    private func configureHTTP(_ channel: any Channel) throws {
+    /// `descriptor`: the connection's socket, when it is plain HTTP accepted by `StreamListener`.
+    private func configureHTTP(_ channel: any Channel, descriptor: CInt?) throws {
         let configuration = settings.configuration
         let sync = channel.pipeline.syncOperations
         let secure = listeners.httpTLS
@@ -372,7 +388,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             remoteIP: channel.remoteAddress?.ipAddress ?? "?",
                             startMode: .immediately,
                             preauthenticated: role,
-                            webSocketCompression: deflate != nil
+                            webSocketCompression: deflate != nil,
+                            // Uncompressed frames, not encrypted: the hub's runs go as they are.
+                            socket: deflate == nil ? descriptor : nil
                         )
                     )
                 }

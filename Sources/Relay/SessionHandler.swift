@@ -178,7 +178,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is LineFrameDecoder.InputEnded {
+        if event is LineFrameDecoder.InputEnded || event is LeaveSocket {
             leaveSocket(context)
             return
         }
@@ -287,6 +287,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A handler before this one may have written a last frame of its own (NIO's WebSocket
+        // error handler writes a close): nothing may go to the socket past it.
+        leaveSocket(context)
         logger.debug("connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
     }
@@ -792,7 +795,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
-        if case .gathered = socketWrites.write(bytes) {
+        if isWireReady(bytes), case .gathered = socketWrites.write(bytes) {
             needsFlush = true
             if flushing { flush() }
             return
@@ -829,6 +832,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             context.flush()
         }
         watchForStall()
+    }
+
+    /// Whether `bytes` may go to the socket as they are: any frame on TCP; on WebSocket only a
+    /// run the hub framed already (other frames are framed by the transport handler).
+    private func isWireReady(_ bytes: ByteBuffer) -> Bool {
+        switch runFraming {
+        case .lines: true
+        case .webSocketFrames: bytes.readableBytesView.first == WebSocketFraming.finalText
+        case .oneByOne: false
+        }
     }
 
     /// Hands `buffer` to the channel, behind anything gathered for the socket. On a socket of

@@ -1,6 +1,7 @@
 import NIOCore
 
-/// Where a plain TCP session's writes go: straight to its socket, or through the channel.
+/// Where a session's writes go, on plain TCP and uncompressed plain WebSocket: straight to
+/// its socket, or through the channel.
 ///
 /// A session whose channel holds nothing of its earlier writes gathers its frames here and, at
 /// the flush, sends them with one system call of its own (`send` or `sendmsg`), past NIO's
@@ -8,9 +9,10 @@ import NIOCore
 /// channel, and from then on everything goes behind it through the channel, until the channel
 /// has written all of it and nothing waits in the session's own queue: then writes go straight
 /// to the socket again. Order is kept because the two never hold bytes at the same time.
-/// (docs/DECISIONS.md, "Plain TCP sessions write to their socket".)
+/// (docs/DECISIONS.md, "Plain TCP and WebSocket sessions write to their socket".)
 ///
-/// Sessions on TLS and WebSocket, whose bytes the pipeline transforms, start `channelOnly`.
+/// Sessions on TLS and compressed WebSocket, whose bytes the pipeline transforms, start
+/// `channelOnly`.
 /// No I/O here: the session carries out the actions.
 struct SocketWriteStateMachine {
     private enum State {

@@ -7,7 +7,8 @@ import NIOCore
 /// A listening TCP socket whose connections are accepted by a thread of its own and handed to
 /// the event loops as connected sockets (`ClientBootstrap.withConnectedSocket`), so that the
 /// session of each knows its socket's descriptor and can write to it directly
-/// (`SocketWriteStateMachine`; docs/DECISIONS.md, "Plain TCP sessions write to their socket").
+/// (`SocketWriteStateMachine`; docs/DECISIONS.md, "Plain TCP and WebSocket sessions write to
+/// their socket"). It serves the plain TCP and plain HTTP listeners.
 ///
 /// The thread waits in `poll` for connections and for `close()`, which wakes it through a
 /// pipe (a listening socket inherited from systemd must not be shut down: systemd keeps

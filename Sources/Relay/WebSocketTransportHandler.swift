@@ -56,6 +56,9 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        // A frame decoded after NIO closed the socket (the decoder's leftovers): the session
+        // must not write to that socket any more (`SessionHandler`).
+        if !context.channel.isActive { context.fireUserInboundEventTriggered(LeaveSocket()) }
         guard !closeSent else { return }
         guard frame.maskKey != nil else { return fail(context, .protocolError) }
         guard !frame.rsv2, !frame.rsv3 else { return fail(context, .protocolError) }
@@ -68,6 +71,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         switch frame.opcode {
         case .ping:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
+            context.fireUserInboundEventTriggered(LeaveSocket())
             context.writeAndFlush(
                 wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)),
                 promise: nil
@@ -170,6 +174,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private func close(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode) {
         guard !closeSent else { return }
         closeSent = true
+        context.fireUserInboundEventTriggered(LeaveSocket())
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
         let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
@@ -208,6 +213,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .all, !closeSent, context.channel.isActive {
             closeSent = true
+            context.fireUserInboundEventTriggered(LeaveSocket())
             var data = context.channel.allocator.buffer(capacity: 2)
             data.write(webSocketErrorCode: .goingAway)
             context.writeAndFlush(
@@ -218,3 +224,8 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         context.close(mode: mode, promise: promise)
     }
 }
+
+/// Tells a session that writes to its socket itself (`SocketWriteStateMachine`) to leave it to
+/// the channel from now on: the transport handler is about to write a frame of its own (a pong,
+/// a close, after which no data frame may follow), or the socket may be closed already.
+struct LeaveSocket {}

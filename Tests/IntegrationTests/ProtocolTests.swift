@@ -459,15 +459,7 @@ import TodoStore
     }
 
     @Test func aClientThatPausesWithinTheBoundGetsEveryFrameInOrder() async throws {
-        try await withDaemon(
-            .custom({ options in
-                options.relay.maxQueueBytes = 8 << 20
-                options.relay.maxQueueFrames = 100_000
-                options.relay.rateLimitPerSecond = 1_000_000
-                options.relay.rateLimitBurst = 1_000_000
-                options.relay.socketSendBufferBytes = 4096
-            })
-        ) { daemon in
+        try await withDaemon(.roomForAFlood) { daemon in
             let paused = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096, autoRead: false)
             let (reader, _) = try await daemon.client()
             let (writer, _) = try await daemon.client()

@@ -49,6 +49,19 @@ struct DaemonSetup {
     static func custom(_ apply: @escaping (inout DaemonOptions) -> Void) -> DaemonSetup {
         DaemonSetup(apply: apply)
     }
+
+    /// Room for a flood of broadcasts to a client that does not read (queues of 8 MiB and
+    /// 100,000 frames, no rate limit to speak of) behind a 4 KiB send buffer, so that the flood
+    /// fills the kernel's buffers and the channel without cutting the client.
+    static var roomForAFlood: DaemonSetup {
+        .custom({ options in
+            options.relay.maxQueueBytes = 8 << 20
+            options.relay.maxQueueFrames = 100_000
+            options.relay.rateLimitPerSecond = 1_000_000
+            options.relay.rateLimitBurst = 1_000_000
+            options.relay.socketSendBufferBytes = 4096
+        })
+    }
 }
 
 func temporaryDirectory() -> String {

@@ -15,11 +15,12 @@ struct RawWebSocket {
     static func open(
         port: Int,
         origin: String? = nil,
-        headers: [String] = []
+        headers: [String] = [],
+        receiveBuffer: Int? = nil
     ) async throws -> (
         RawWebSocket?, status: String
     ) {
-        let connection = try await TestConnection.connect(port: port)
+        let connection = try await TestConnection.connect(port: port, receiveBuffer: receiveBuffer)
         var request = "GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         if let origin { request += "Origin: \(origin)\r\n" }
@@ -103,6 +104,62 @@ struct RawWebSocket {
             #expect(todoID(seen) == todoID(created))
             try await ws.sendText("{\"op\":\"ping\",\"id\":\"w\"}\n")
             #expect(try await ws.receiveJSON()["re"] as? String == "w")
+        }
+    }
+
+    /// A WebSocket session writes the hub's runs to its socket itself; a client that stops
+    /// reading makes it hand them to the channel, and once caught up it writes them itself
+    /// again. Every broadcast arrives whole and in order throughout, and a pong the transport
+    /// writes in between is a whole frame of its own.
+    @Test func aWebSocketClientThatPausesGetsEveryBroadcastInOrder() async throws {
+        try await withDaemon(.roomForAFlood) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            try await ws.connection.channel.setOption(.autoRead, value: false).get()
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo("Paused")
+            let id = try #require(todoID(created))
+            var seq = try #require(created["seq"] as? Int)
+            /// Toggles the todo `count` times, the writer reading its own answers as it goes.
+            func toggle(_ count: Int) async throws {
+                for index in 0..<count {
+                    try await writer.send([
+                        "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+                    ])
+                    if index % 100 == 99 || index == count - 1 {
+                        _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
+                    }
+                }
+            }
+            // About 1,500 × 330 bytes: several times what the kernel's buffers and the channel
+            // hold together.
+            try await toggle(1500)
+            ws.connection.startReading()
+            #expect(try await ws.receiveJSON()["seq"] as? Int == seq)
+            for _ in 0..<1500 {
+                let frame = try await ws.receiveJSON()
+                #expect(frame["seq"] as? Int == seq + 1, "broadcasts in order, no gaps")
+                seq += 1
+            }
+            try await ws.send(opcode: 0x9, Array("between".utf8))
+            try await toggle(300)
+            var pongs = 0
+            var broadcasts = 0
+            while broadcasts < 300 {
+                let (opcode, payload) = try await ws.receive()
+                if opcode == 0xA {
+                    #expect(payload == Array("between".utf8))
+                    pongs += 1
+                    continue
+                }
+                let frame = try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
+                #expect(frame["seq"] as? Int == seq + 1, "broadcasts in order, no gaps")
+                seq += 1
+                broadcasts += 1
+            }
+            #expect(pongs == 1)
+            try await ws.sendText(#"{"op":"ping","id":"end"}"#)
+            #expect(try await ws.receiveJSON()["re"] as? String == "end")
         }
     }
 
