@@ -13,11 +13,6 @@ struct LineFrameDecoder: ByteToMessageDecoder {
 
     init(maxFrameBytes: Int) { self.maxFrameBytes = maxFrameBytes }
 
-    /// Sent on ahead of the last frames, when the input has ended: the client closed its side,
-    /// or the channel is being torn down, in which case NIO has closed the socket already. (A
-    /// session that writes to its socket itself stops doing so here; see `SessionHandler`.)
-    struct InputEnded {}
-
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         let view = buffer.readableBytesView
         let start = view.startIndex
@@ -63,7 +58,9 @@ struct LineFrameDecoder: ByteToMessageDecoder {
         buffer: inout ByteBuffer,
         seenEOF: Bool
     ) throws -> DecodingState {
-        context.fireUserInboundEventTriggered(InputEnded())
+        // The input has ended: the client closed its side, or the channel is being torn down and
+        // NIO has closed the socket already. A session that writes to its socket stops here.
+        context.fireUserInboundEventTriggered(LeaveSocket())
         // A last line without its newline is still a frame.
         while try decode(context: context, buffer: &buffer) == .continue {}
         if !discarding, buffer.readableBytes > 0 {

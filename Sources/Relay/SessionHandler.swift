@@ -178,7 +178,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is LineFrameDecoder.InputEnded || event is LeaveSocket {
+        if event is LeaveSocket {
             leaveSocket(context)
             return
         }
@@ -868,7 +868,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// From here on the channel writes everything: the input ended, or the channel closed.
     ///
     /// NIO closes a channel's socket on this loop, and tells the pipeline right after (the
-    /// callbacks of writes it fails meanwhile never write): the decoder's `InputEnded`, ahead
+    /// callbacks of writes it fails meanwhile never write): the decoder's `LeaveSocket`, ahead
     /// of the last frames, or, when the decoder is busy with a read, `channelInactive`. So the
     /// session never sends to a descriptor that is closed, or reused by another connection.
     private func leaveSocket(_ context: ChannelHandlerContext) {

@@ -1,5 +1,12 @@
 import NIOCore
 
+/// Tells a session that writes to its socket itself to leave it to the channel from now on.
+/// Sent by the line decoder when the input ends (the channel may be torn down, its socket
+/// closed already), and by the WebSocket transport handler before a frame of its own (a pong,
+/// a close, after which no data frame may follow) or a frame read after the channel went
+/// inactive.
+struct LeaveSocket {}
+
 /// Where a session's writes go, on plain TCP and uncompressed plain WebSocket: straight to
 /// its socket, or through the channel.
 ///
@@ -105,13 +112,9 @@ struct SocketWriteStateMachine {
         }
         guard !rest.isEmpty else { return .done }
         switch state {
-        case .direct(let gathered) where gathered.isEmpty:
+        case .direct:
+            // Nothing is gathered: `flush()` took it all, and nothing was written since.
             state = .throughChannel(unfinished: rest.count)
-        case .direct(let gathered):
-            // Written during the send's hand-over (not expected): they follow the rest.
-            state = .throughChannel(unfinished: rest.count)
-            rest += gathered
-            return .handToChannel(rest)
         case .throughChannel(let unfinished):
             state = .throughChannel(unfinished: unfinished + rest.count)
         case .channelOnly:

@@ -224,8 +224,3 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         context.close(mode: mode, promise: promise)
     }
 }
-
-/// Tells a session that writes to its socket itself (`SocketWriteStateMachine`) to leave it to
-/// the channel from now on: the transport handler is about to write a frame of its own (a pong,
-/// a close, after which no data frame may follow), or the socket may be closed already.
-struct LeaveSocket {}

@@ -14,6 +14,16 @@ import Testing
         return buffers.map { String(buffer: $0) }
     }
 
+    /// Writes `frames` to a machine going straight to its socket, then flushes: what it sends.
+    private func gatherAndFlush(_ machine: inout SocketWriteStateMachine, _ frames: String...) -> [ByteBuffer] {
+        for frame in frames { _ = machine.write(ByteBuffer(string: frame)) }
+        guard case .send(let buffers) = machine.flush() else {
+            Issue.record("nothing to send")
+            return []
+        }
+        return buffers
+    }
+
     @Test func framesAreGatheredAndSentTogetherAtTheFlush() {
         var machine = SocketWriteStateMachine(direct: true)
         #expect(!machine.hasGathered)
@@ -48,13 +58,7 @@ import Testing
 
     @Test func whatTheKernelLeavesGoesToTheChannelAndLaterWritesFollowIt() {
         var machine = SocketWriteStateMachine(direct: true)
-        _ = machine.write(ByteBuffer(string: "abc\n"))
-        _ = machine.write(ByteBuffer(string: "def\n"))
-        _ = machine.write(ByteBuffer(string: "ghi\n"))
-        guard case .send(let buffers) = machine.flush() else {
-            Issue.record("nothing to send")
-            return
-        }
+        let buffers = gatherAndFlush(&machine, "abc\n", "def\n", "ghi\n")
         // The kernel took "abc\nde": the rest of the second frame and the third remain.
         #expect(texts(machine.sent(6, of: buffers)) == ["f\n", "ghi\n"])
         #expect(machine.write(ByteBuffer(string: "jkl\n")) == .channel)
@@ -71,23 +75,14 @@ import Testing
 
     @Test func aFullSocketOrAFailedSendHandsEverythingToTheChannel() {
         var machine = SocketWriteStateMachine(direct: true)
-        _ = machine.write(ByteBuffer(string: "a\n"))
-        _ = machine.write(ByteBuffer(string: "b\n"))
-        guard case .send(let buffers) = machine.flush() else {
-            Issue.record("nothing to send")
-            return
-        }
+        let buffers = gatherAndFlush(&machine, "a\n", "b\n")
         #expect(texts(machine.sent(0, of: buffers)) == ["a\n", "b\n"])
         #expect(machine.write(ByteBuffer(string: "c\n")) == .channel)
     }
 
     @Test func framesWaitingInTheSessionsQueueKeepWritesInTheChannel() {
         var machine = SocketWriteStateMachine(direct: true)
-        _ = machine.write(ByteBuffer(string: "a\n"))
-        guard case .send(let buffers) = machine.flush() else {
-            Issue.record("nothing to send")
-            return
-        }
+        let buffers = gatherAndFlush(&machine, "a\n")
         _ = machine.sent(0, of: buffers)
         // The channel completed its write, but frames wait in the session's queue (the
         // channel was full): they go through the channel first.
