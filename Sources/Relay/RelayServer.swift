@@ -160,14 +160,15 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 }
                 if listeners.httpTLS {
                     let channel = try await bind(address, kind: "HTTP") { [self] channel in
-                        try self.configureHTTP(channel, descriptor: nil)
+                        try self.configureHTTP(channel)
                     }
                     channels.append(channel)
                     bound.http = channel.localAddress
                 } else {
-                    // Plain HTTP: a WebSocket session writes its runs to its socket.
-                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) { [self] in
-                        try self.configureHTTP($0, descriptor: $1)
+                    // Plain HTTP goes through the same acceptor (WebSocket sessions do not write to
+                    // their socket themselves yet: see docs/DECISIONS.md).
+                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) {
+                        [self] channel, _ in try self.configureHTTP(channel)
                     }
                     streamListeners.append(listener)
                     bound.http = listener.localAddress
@@ -330,8 +331,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         )
     }
 
-    /// `descriptor`: the connection's socket, when it is plain HTTP accepted by `StreamListener`.
-    private func configureHTTP(_ channel: any Channel, descriptor: CInt?) throws {
+    private func configureHTTP(_ channel: any Channel) throws {
         let configuration = settings.configuration
         let sync = channel.pipeline.syncOperations
         let secure = listeners.httpTLS
@@ -388,9 +388,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             remoteIP: channel.remoteAddress?.ipAddress ?? "?",
                             startMode: .immediately,
                             preauthenticated: role,
-                            webSocketCompression: deflate != nil,
-                            // Uncompressed frames, not encrypted: the hub's runs go as they are.
-                            socket: deflate == nil ? descriptor : nil
+                            webSocketCompression: deflate != nil
                         )
                     )
                 }
