@@ -160,15 +160,14 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 }
                 if listeners.httpTLS {
                     let channel = try await bind(address, kind: "HTTP") { [self] channel in
-                        try self.configureHTTP(channel)
+                        try self.configureHTTP(channel, descriptor: nil)
                     }
                     channels.append(channel)
                     bound.http = channel.localAddress
                 } else {
-                    // Plain HTTP goes through the same acceptor (WebSocket sessions do not write to
-                    // their socket themselves yet: see docs/DECISIONS.md).
-                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) {
-                        [self] channel, _ in try self.configureHTTP(channel)
+                    // Plain HTTP: a WebSocket session writes its runs to its socket.
+                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) { [self] in
+                        try self.configureHTTP($0, descriptor: $1)
                     }
                     streamListeners.append(listener)
                     bound.http = listener.localAddress
@@ -331,7 +330,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         )
     }
 
-    private func configureHTTP(_ channel: any Channel) throws {
+    /// `descriptor`: the connection's socket, when it is plain HTTP accepted by `StreamListener`.
+    private func configureHTTP(_ channel: any Channel, descriptor: CInt?) throws {
         let configuration = settings.configuration
         let sync = channel.pipeline.syncOperations
         let secure = listeners.httpTLS
@@ -388,7 +388,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             remoteIP: channel.remoteAddress?.ipAddress ?? "?",
                             startMode: .immediately,
                             preauthenticated: role,
-                            webSocketCompression: deflate != nil
+                            webSocketCompression: deflate != nil,
+                            // Uncompressed frames, not encrypted: the hub's runs go as they are.
+                            socket: deflate == nil ? descriptor : nil
                         )
                     )
                 }

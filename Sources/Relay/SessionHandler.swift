@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOSSL
 import NIOTLS
+import NIOWebSocket
 
 /// One client connection, on any transport: parses its frames, keeps its subscriptions and
 /// role, runs its requests in order, and owns its bounded outbound queue.
@@ -64,10 +65,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// this many bytes unsent.
     private var highWaterMark = Int.max
     private var stallWatch = StallWatch.idle
-    /// The connection's socket, when the session may write to it itself (plain TCP).
+    /// The connection's socket, when the session may write to it itself (plain TCP, and
+    /// WebSocket without compression or TLS).
     private let socket: CInt?
     /// Whether writes go straight to `socket` or through the channel.
     private var socketWrites: SocketWriteStateMachine
+    /// On WebSocket, NIO's frame encoder: bytes that were meant for the socket (a run the kernel
+    /// took only part of, cut anywhere, even mid-frame) are written from its place in the
+    /// pipeline, past the transport handler, which would frame them again.
+    private var wireContext: ChannelHandlerContext?
 
     let id: SessionID
     let uuid = UUID().uuidString.lowercased()
@@ -165,6 +171,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        if socket != nil, case .webSocketFrames = runFraming {
+            wireContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+        }
         channelWritable = context.channel.isWritable
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
             highWaterMark = waterMark.high
@@ -204,6 +213,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         stop()
         self.context = nil
+        wireContext = nil
     }
 
     private func start() {
@@ -288,8 +298,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         // A handler before this one may have written a last frame of its own (NIO's WebSocket
-        // error handler writes a close): nothing may go to the socket past it.
-        leaveSocket(context)
+        // error handler writes a close): nothing may go to the socket past it, not even what was
+        // gathered for it (the close below would fail it unsent anyway).
+        _ = socketWrites.close()
         logger.debug("connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
     }
@@ -872,7 +883,17 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// of the last frames, or, when the decoder is busy with a read, `channelInactive`. So the
     /// session never sends to a descriptor that is closed, or reused by another connection.
     private func leaveSocket(_ context: ChannelHandlerContext) {
-        for buffer in socketWrites.close() { context.write(wrapOutboundOut(buffer), promise: nil) }
+        for buffer in socketWrites.close() { writeAsIs(context, buffer, promise: nil) }
+    }
+
+    /// Writes bytes that were meant for the socket as they are: on WebSocket past the transport
+    /// handler (`wireContext`).
+    private func writeAsIs(_ context: ChannelHandlerContext, _ buffer: ByteBuffer, promise: EventLoopPromise<Void>?) {
+        if let wireContext {
+            wireContext.write(NIOAny(buffer), promise: promise)
+        } else {
+            context.write(wrapOutboundOut(buffer), promise: promise)
+        }
     }
 
     /// `promise` (or a new one) with the socket's bookkeeping attached to its completion.
@@ -892,9 +913,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard case .send(let buffers) = socketWrites.flush(), let socket else { return }
         let written = sendToSocket(buffers, descriptor: socket)
         guard case .handToChannel(let rest) = socketWrites.sent(written, of: buffers) else { return }
-        for buffer in rest {
-            context.write(wrapOutboundOut(buffer), promise: completionTracked(nil))
-        }
+        for buffer in rest { writeAsIs(context, buffer, promise: completionTracked(nil)) }
         context.flush()
     }
 

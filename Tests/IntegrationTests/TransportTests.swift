@@ -163,6 +163,51 @@ struct RawWebSocket {
         }
     }
 
+    /// A session writes runs of frames to its socket itself; when the kernel takes only part
+    /// of one, the rest (cut anywhere, mostly inside a frame) must reach the client unchanged.
+    /// Each round starts with a client that has read everything (so the session writes to its
+    /// socket again), then pauses while whole batches of 150 broadcasts, framed as one run,
+    /// fill its socket.
+    @Test func runsCutByTheKernelMidFrameReachAWebSocketClientWhole() async throws {
+        try await withDaemon(.roomForAFlood) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo(String(repeating: "Cut ", count: 40))
+            let id = try #require(todoID(created))
+            var seq = try #require(created["seq"] as? Int)
+            #expect(try await ws.receiveJSON()["seq"] as? Int == seq)
+            func toggle(_ index: Int) throws -> [UInt8] {
+                let object: [String: Any] = [
+                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+                ]
+                return Array(try JSONSerialization.data(withJSONObject: object)) + [UInt8(ascii: "\n")]
+            }
+            for round in 0..<6 {
+                try await ws.connection.channel.setOption(.autoRead, value: false).get()
+                // 150 requests in one write: one batch, so one run of 150 frames (about 60 KB)
+                // for the client, several times what its socket holds.
+                var lines: [UInt8] = []
+                for index in 0..<150 { lines += try toggle(index) }
+                try await writer.sendBytes(lines)
+                _ = try await writer.json(until: { ($0["re"] as? Int) == 149 }, timeout: .seconds(30))
+                ws.connection.startReading()
+                for _ in 0..<150 {
+                    let (opcode, payload) = try await ws.receive()
+                    #expect(opcode == 0x1, "round \(round): a text frame")
+                    let frame = try #require(
+                        try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any],
+                        "round \(round): a whole frame, not \(payload.prefix(40))"
+                    )
+                    #expect(frame["seq"] as? Int == seq + 1, "round \(round): in order, no gaps")
+                    seq += 1
+                }
+            }
+            try await ws.sendText(#"{"op":"ping","id":"end"}"#)
+            #expect(try await ws.receiveJSON()["re"] as? String == "end")
+        }
+    }
+
     @Test func binaryAndOversizedMessagesAreErrorsAndFragmentsAreReassembled() async throws {
         try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1024 })) { daemon in
             let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
