@@ -401,6 +401,70 @@ struct RawWebSocket {
     }
 }
 
+extension TLSTests {
+    /// The TLS and HTTPS listeners refuse connections over `max_connections` as the plain one
+    /// does: closed before any byte, the listener and the admitted connections unharmed.
+    @Test(arguments: ["tls", "https"])
+    func connectionsOverTheLimitAreClosedOnTheTLSListeners(_ listener: String) async throws {
+        let directory = temporaryDirectory()
+        let files = try DevCertificate.ensure(in: directory)
+        try await withDaemon(
+            .custom({ options in
+                if listener == "tls" {
+                    options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+                } else {
+                    options.listeners.httpTLS = true
+                }
+                options.tlsCertificatePath = files.certificatePath
+                options.tlsKeyPath = files.keyPath
+                options.relay.maxConnections = 2
+            })
+        ) { daemon in
+            let port = try #require(listener == "tls" ? daemon.addresses.tls?.port : daemon.httpPort)
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(files.certificatePath))
+            let context = try NIOSSLContext(configuration: configuration)
+            func connect() async throws -> TestConnection {
+                try await TestConnection.connect(port: port) { channel in
+                    try channel.pipeline.syncOperations.addHandler(
+                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
+                    )
+                }
+            }
+            /// A request and its answer: the hello and a pong over TLS, or the health page
+            /// over HTTPS.
+            func served(_ connection: TestConnection) async throws -> Bool {
+                if listener == "tls" {
+                    try await connection.sendLine(#"{"op":"ping","id":"p"}"#)
+                    return try await connection.json(until: { $0["re"] as? String == "p" }).0["op"] as? String == "pong"
+                }
+                try await connection.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                let head = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+                let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
+                let body = try await connection.bytes(length ?? 0)
+                return head.hasPrefix("HTTP/1.1 200") && String(decoding: body, as: UTF8.self).contains("storage")
+            }
+            let admitted = [try await connect(), try await connect()]
+            for connection in admitted { #expect(try await served(connection)) }
+            // The third is closed by the daemon: its handshake never completes.
+            let refused = try await TestConnection.connect(port: port)
+            #expect(try await refused.waitForClose().isEmpty)
+            for connection in admitted { #expect(try await served(connection)) }
+            await admitted[0].close()
+            // The slot is released when the daemon sees the close: retry until it has.
+            var servedAgain = false
+            for _ in 0..<200 where !servedAgain {
+                let next = try await connect()
+                servedAgain = (try? await served(next)) ?? false
+                await next.close()
+            }
+            #expect(servedAgain)
+            await admitted[1].close()
+        }
+    }
+}
+
 @Suite struct LineFrameDecoderTests {
     func decode(_ chunks: [[UInt8]], max: Int = 16) throws -> [String] {
         let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: max)))
