@@ -806,6 +806,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
+        if case .webSocketFrames = runFraming, socketWrites.writesToSocket,
+            bytes.readableBytesView.first != WebSocketFraming.finalText
+        {
+            // A reply (or any single frame) framed here, as the hub frames its runs, so that it
+            // goes to the socket with them; through the channel the transport handler frames it.
+            bytes = WebSocketFraming.textFrames([bytes])
+        }
         if isWireReady(bytes), case .gathered = socketWrites.write(bytes) {
             needsFlush = true
             if flushing { flush() }
@@ -845,8 +852,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         watchForStall()
     }
 
-    /// Whether `bytes` may go to the socket as they are: any frame on TCP; on WebSocket only a
-    /// run the hub framed already (other frames are framed by the transport handler).
+    /// Whether `bytes` may go to the socket as they are: any frame on TCP; on WebSocket only
+    /// frames already framed (the hub's runs, and single frames `write` framed for the socket;
+    /// the others are framed by the transport handler).
     private func isWireReady(_ bytes: ByteBuffer) -> Bool {
         switch runFraming {
         case .lines: true

@@ -68,6 +68,12 @@ struct SocketWriteStateMachine {
         return true
     }
 
+    /// Whether a write made now would be gathered for the socket.
+    var writesToSocket: Bool {
+        if case .direct = state { return true }
+        return false
+    }
+
     /// Whether frames are gathered and not yet sent.
     var hasGathered: Bool {
         if case .direct(let gathered) = state { return !gathered.isEmpty }

@@ -49,6 +49,7 @@ import Testing
 
     @Test func withoutASocketEverythingGoesThroughTheChannelUncounted() {
         var machine = SocketWriteStateMachine(direct: false)
+        #expect(!machine.writesToSocket)
         #expect(machine.write(ByteBuffer(string: "a\n")) == .channel)
         #expect(!machine.countsChannelWrites)
         machine.handedToChannel()
@@ -61,6 +62,7 @@ import Testing
         let buffers = gatherAndFlush(&machine, "abc\n", "def\n", "ghi\n")
         // The kernel took "abc\nde": the rest of the second frame and the third remain.
         #expect(texts(machine.sent(6, of: buffers)) == ["f\n", "ghi\n"])
+        #expect(!machine.writesToSocket)
         #expect(machine.write(ByteBuffer(string: "jkl\n")) == .channel)
         machine.handedToChannel()
         // Three writes in the channel: back to the socket only when all three completed.
@@ -70,6 +72,7 @@ import Testing
         machine.handedToChannel()
         machine.channelWriteCompleted(queueEmpty: true)
         machine.channelWriteCompleted(queueEmpty: true)
+        #expect(machine.writesToSocket)
         #expect(machine.write(ByteBuffer(string: "pqr\n")) == .gathered)
     }
 
