@@ -474,8 +474,16 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             if !busy.withLockedValue({ $0 }) { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
+        // Every connection at once: a TLS connection's close waits for the client's close_notify
+        // (up to `tls.close_timeout_ms`), and one after another those waits would add up past
+        // any stop timeout.
         let open = children.withLockedValue { Array($0.values) }
-        for channel in open { try? await channel.close() }
+        let closes = open.map { channel in
+            let promise = channel.eventLoop.makePromise(of: Void.self)
+            channel.close(promise: promise)
+            return promise.futureResult
+        }
+        for close in closes { try? await close.get() }
         logger.info("relay drained")
     }
 }

@@ -35,6 +35,7 @@ extension ConfigFile {
         if let value = values["tls.client_ca"] as? String { options.tlsClientCAPath = value }
         if let value = values["tls.http"] as? Bool { options.listeners.httpTLS = value }
         if let value = values["tls.dev"] as? Bool { options.devTLS = value }
+        if let value = int("tls.close_timeout_ms") { options.tlsCloseTimeout = .milliseconds(Int64(value)) }
         if let list = values["auth.tokens"] as? [Any] {
             var tokens: [TokenEntry] = []
             for case let entry as [String: Any] in list {

@@ -46,6 +46,7 @@ enum ConfigFile {
         "tls.client_ca": .string,
         "tls.http": .bool,
         "tls.dev": .bool,
+        "tls.close_timeout_ms": .int(0...600_000),
         "auth.tokens": .tokens,
         "websocket.allowed_origins": .strings,
         "websocket.compression": .bool,

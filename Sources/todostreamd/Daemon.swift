@@ -54,6 +54,8 @@ struct DaemonOptions: Sendable {
     var tlsClientCAPath: String?
     /// Generate (once) a self-signed certificate into the data directory when none is given.
     var devTLS = false
+    /// How long a TLS connection the daemon closes waits for the client's close_notify.
+    var tlsCloseTimeout: TimeAmount = .seconds(1)
     var retention = JournalRetention()
     var maxBatch = 256
     /// List rows whose JSON is kept for list answers (`RowJSONCache`); 0 keeps none.
@@ -313,7 +315,12 @@ final class Daemon: Sendable {
         }
         var tlsContext: NIOSSLContext?
         if let cert = options.tlsCertificatePath, let key = options.tlsKeyPath {
-            tlsContext = try makeTLSContext(certificatePath: cert, keyPath: key, clientCAPath: options.tlsClientCAPath)
+            tlsContext = try makeTLSContext(
+                certificatePath: cert,
+                keyPath: key,
+                clientCAPath: options.tlsClientCAPath,
+                closeTimeout: options.tlsCloseTimeout
+            )
         }
 
         let settings = RelaySettings(configuration: options.relay, auth: options.auth)
@@ -490,8 +497,12 @@ final class Daemon: Sendable {
         return octets[0] == "127"
     }
 
-    static func makeTLSContext(certificatePath: String, keyPath: String, clientCAPath: String?) throws -> NIOSSLContext
-    {
+    static func makeTLSContext(
+        certificatePath: String,
+        keyPath: String,
+        clientCAPath: String?,
+        closeTimeout: TimeAmount
+    ) throws -> NIOSSLContext {
         do {
             let chain = try NIOSSLCertificate.fromPEMFile(certificatePath).map {
                 NIOSSLCertificateSource.certificate($0)
@@ -503,6 +514,9 @@ final class Daemon: Sendable {
                 privateKey: .privateKey(key)
             )
             configuration.minimumTLSVersion = .tlsv12
+            // A connection the daemon closes (a drain, a slow consumer) waits this long at most
+            // for the client's close_notify before the socket is closed.
+            configuration.shutdownTimeout = closeTimeout
             if let clientCAPath {
                 configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientCAPath))
                 configuration.certificateVerification = .noHostnameVerification

@@ -54,7 +54,8 @@ struct Reloader: Sendable {
                 let context = try Daemon.makeTLSContext(
                     certificatePath: cert,
                     keyPath: key,
-                    clientCAPath: next.tlsClientCAPath
+                    clientCAPath: next.tlsClientCAPath,
+                    closeTimeout: next.tlsCloseTimeout
                 )
                 relay.replaceTLSContext(context)
                 logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])

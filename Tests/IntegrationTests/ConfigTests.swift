@@ -47,6 +47,7 @@ import Glibc
         #expect(fromFile.maxBatch == defaults.maxBatch)
         #expect(fromFile.sequencerSpinMicroseconds == defaults.sequencerSpinMicroseconds)
         #expect(fromFile.dataDirectory == defaults.dataDirectory)
+        #expect(fromFile.tlsCloseTimeout == defaults.tlsCloseTimeout)
         #expect(fromFile.tokens.isEmpty)
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOCore
 import NIOEmbedded
 import NIOSSL
@@ -402,6 +403,48 @@ struct RawWebSocket {
 }
 
 extension TLSTests {
+    /// A stop closes every connection at once: TLS clients that never answer the daemon's
+    /// close_notify cost it one `tls.close_timeout_ms`, not one each (six of them, one after
+    /// another, took six).
+    @Test func aStopDoesNotWaitForTLSClientsOneAfterAnother() async throws {
+        let files = try DevCertificate.ensure(in: temporaryDirectory())
+        var options = DaemonOptions()
+        options.storage = .memory
+        options.dataDirectory = temporaryDirectory()
+        options.listeners = ListenerConfiguration(tls: .init(host: "127.0.0.1", port: 0))
+        options.tlsCertificatePath = files.certificatePath
+        options.tlsKeyPath = files.keyPath
+        options.tlsCloseTimeout = .seconds(1)
+        var logger = Logger(label: "todostreamd.test")
+        logger.logLevel = .critical
+        let daemon = try await Daemon.start(options, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await daemon.run() }
+            let port = try #require(daemon.addresses.tls?.port)
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(files.certificatePath))
+            let context = try NIOSSLContext(configuration: configuration)
+            var clients: [TestConnection] = []
+            for _ in 0..<6 {
+                let client = try await TestConnection.connect(port: port) { channel in
+                    try channel.pipeline.syncOperations.addHandler(
+                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
+                    )
+                }
+                #expect(try await client.json()["op"] as? String == "hello")
+                // From here on the client reads nothing, so it never answers a close_notify.
+                try await client.channel.setOption(.autoRead, value: false).get()
+                clients.append(client)
+            }
+            let stopping = ContinuousClock.now
+            await daemon.shutdown()
+            try await group.next()
+            let took = ContinuousClock.now - stopping
+            #expect(took < .seconds(4), "the stop took \(took)")
+            for client in clients { await client.close() }
+        }
+    }
+
     /// The TLS and HTTPS listeners refuse connections over `max_connections` as the plain one
     /// does: closed before any byte, the listener and the admitted connections unharmed.
     @Test(arguments: ["tls", "https"])
