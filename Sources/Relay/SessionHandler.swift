@@ -173,6 +173,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.context = context
         if socket != nil, case .webSocketFrames = runFraming {
             wireContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+            // Without the encoder's place a cut run could only go through the transport
+            // handler, which would frame it again: such a session writes through the channel.
+            if wireContext == nil { _ = socketWrites.close() }
         }
         channelWritable = context.channel.isWritable
         if let waterMark = try? context.channel.syncOptions?.getOption(.writeBufferWaterMark) {
