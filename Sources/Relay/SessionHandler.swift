@@ -814,9 +814,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         {
             // A reply (or any single frame) framed here, as the hub frames its runs, so that it
             // goes to the socket with them; through the channel the transport handler frames it.
+            // (Compressed sessions have no socket: each message is compressed on its own.)
             bytes = WebSocketFraming.textFrames([bytes])
         }
-        if isWireReady(bytes), case .gathered = socketWrites.write(bytes) {
+        if case .gathered = socketWrites.write(bytes) {
             needsFlush = true
             if flushing { flush() }
             return
@@ -853,17 +854,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             context.flush()
         }
         watchForStall()
-    }
-
-    /// Whether `bytes` may go to the socket as they are: any frame on TCP; on WebSocket only
-    /// frames already framed (the hub's runs, and single frames `write` framed for the socket;
-    /// the others are framed by the transport handler).
-    private func isWireReady(_ bytes: ByteBuffer) -> Bool {
-        switch runFraming {
-        case .lines: true
-        case .webSocketFrames: bytes.readableBytesView.first == WebSocketFraming.finalText
-        case .oneByOne: false
-        }
     }
 
     /// Hands `buffer` to the channel, behind anything gathered for the socket. On a socket of

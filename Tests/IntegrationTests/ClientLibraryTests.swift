@@ -300,14 +300,11 @@ import TodostreamClient
     func listAndWritesOverTLS(_ scheme: String) async throws {
         let directory = temporaryDirectory()
         let files = try DevCertificate.ensure(in: directory)
-        try await withDaemon(
-            .custom({ options in
-                options.listeners.tls = .init(host: "127.0.0.1", port: 0)
-                options.listeners.httpTLS = true
-                options.tlsCertificatePath = files.certificatePath
-                options.tlsKeyPath = files.keyPath
-            })
-        ) { daemon in
+        let setup = DaemonSetup.tls(files) { options in
+            options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+            options.listeners.httpTLS = true
+        }
+        try await withDaemon(setup) { daemon in
             let url =
                 scheme == "tls"
                 ? "tls://localhost:\(try #require(daemon.addresses.tls?.port))"

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Testing
 
 /// A raw client connection for tests: collects every byte the daemon sends, and lets a test
@@ -250,5 +251,19 @@ private final class InboxHandler: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         print("TEST CONNECTION ERROR: \(error)")
         context.close(promise: nil)
+    }
+}
+
+extension TestConnection {
+    /// A TLS connection that trusts the certificate in the PEM file at `path`.
+    static func connectTLS(port: Int, trusting path: String) async throws -> TestConnection {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
+        let context = try NIOSSLContext(configuration: configuration)
+        return try await connect(port: port) { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                try NIOSSLClientHandler(context: context, serverHostname: "localhost")
+            )
+        }
     }
 }

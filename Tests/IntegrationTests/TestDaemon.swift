@@ -50,6 +50,16 @@ struct DaemonSetup {
         DaemonSetup(apply: apply)
     }
 
+    /// TLS with the certificate `files` (no listener is added: set `listeners.tls` or
+    /// `listeners.httpTLS` in `more`).
+    static func tls(_ files: DevCertificate.Files, _ more: @escaping (inout DaemonOptions) -> Void) -> DaemonSetup {
+        .custom({ options in
+            options.tlsCertificatePath = files.certificatePath
+            options.tlsKeyPath = files.keyPath
+            more(&options)
+        })
+    }
+
     /// Room for a flood of broadcasts to a client that does not read (queues of 8 MiB and
     /// 100,000 frames, no rate limit to speak of) behind a 4 KiB send buffer, so that the flood
     /// fills the kernel's buffers and the channel without cutting the client.

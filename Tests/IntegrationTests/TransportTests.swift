@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import NIOCore
 import NIOEmbedded
 import NIOSSL
@@ -355,23 +354,10 @@ struct RawWebSocket {
     @Test func theHelloIsTheFirstThingAfterTheHandshakeAndCertificatesReload() async throws {
         let directory = temporaryDirectory()
         let files = try DevCertificate.ensure(in: directory)
-        try await withDaemon(
-            .custom({ options in
-                options.listeners.tls = .init(host: "127.0.0.1", port: 0)
-                options.tlsCertificatePath = files.certificatePath
-                options.tlsKeyPath = files.keyPath
-            })
-        ) { daemon in
+        try await withDaemon(.tls(files, { $0.listeners.tls = .init(host: "127.0.0.1", port: 0) })) { daemon in
             let port = try #require(daemon.addresses.tls?.port)
             func connect(trusting path: String) async throws -> TestConnection {
-                var configuration = TLSConfiguration.makeClientConfiguration()
-                configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
-                let context = try NIOSSLContext(configuration: configuration)
-                return try await TestConnection.connect(port: port) { channel in
-                    try channel.pipeline.syncOperations.addHandler(
-                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
-                    )
-                }
+                try await TestConnection.connectTLS(port: port, trusting: path)
             }
             let kept = try await connect(trusting: files.certificatePath)
             #expect(try await kept.json()["op"] as? String == "hello")
@@ -408,41 +394,27 @@ extension TLSTests {
     /// another, took six).
     @Test func aStopDoesNotWaitForTLSClientsOneAfterAnother() async throws {
         let files = try DevCertificate.ensure(in: temporaryDirectory())
-        var options = DaemonOptions()
-        options.storage = .memory
-        options.dataDirectory = temporaryDirectory()
-        options.listeners = ListenerConfiguration(tls: .init(host: "127.0.0.1", port: 0))
-        options.tlsCertificatePath = files.certificatePath
-        options.tlsKeyPath = files.keyPath
-        options.tlsCloseTimeout = .seconds(1)
-        var logger = Logger(label: "todostreamd.test")
-        logger.logLevel = .critical
-        let daemon = try await Daemon.start(options, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await daemon.run() }
+        var clients: [TestConnection] = []
+        var stopping = ContinuousClock.now
+        let setup = DaemonSetup.tls(files) { options in
+            options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+            options.tlsCloseTimeout = .seconds(1)
+        }
+        try await withDaemon(setup) { daemon in
             let port = try #require(daemon.addresses.tls?.port)
-            var configuration = TLSConfiguration.makeClientConfiguration()
-            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(files.certificatePath))
-            let context = try NIOSSLContext(configuration: configuration)
-            var clients: [TestConnection] = []
             for _ in 0..<6 {
-                let client = try await TestConnection.connect(port: port) { channel in
-                    try channel.pipeline.syncOperations.addHandler(
-                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
-                    )
-                }
+                let client = try await TestConnection.connectTLS(port: port, trusting: files.certificatePath)
                 #expect(try await client.json()["op"] as? String == "hello")
                 // From here on the client reads nothing, so it never answers a close_notify.
                 try await client.channel.setOption(.autoRead, value: false).get()
                 clients.append(client)
             }
-            let stopping = ContinuousClock.now
-            await daemon.shutdown()
-            try await group.next()
-            let took = ContinuousClock.now - stopping
-            #expect(took < .seconds(4), "the stop took \(took)")
-            for client in clients { await client.close() }
+            // `withDaemon` stops the daemon when this returns, and returns once it has stopped.
+            stopping = ContinuousClock.now
         }
+        let took = ContinuousClock.now - stopping
+        #expect(took < .seconds(4), "the stop took \(took)")
+        for client in clients { await client.close() }
     }
 
     /// The TLS and HTTPS listeners refuse connections over `max_connections` as the plain one
@@ -451,28 +423,18 @@ extension TLSTests {
     func connectionsOverTheLimitAreClosedOnTheTLSListeners(_ listener: String) async throws {
         let directory = temporaryDirectory()
         let files = try DevCertificate.ensure(in: directory)
-        try await withDaemon(
-            .custom({ options in
-                if listener == "tls" {
-                    options.listeners.tls = .init(host: "127.0.0.1", port: 0)
-                } else {
-                    options.listeners.httpTLS = true
-                }
-                options.tlsCertificatePath = files.certificatePath
-                options.tlsKeyPath = files.keyPath
-                options.relay.maxConnections = 2
-            })
-        ) { daemon in
+        let setup = DaemonSetup.tls(files) { options in
+            if listener == "tls" {
+                options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+            } else {
+                options.listeners.httpTLS = true
+            }
+            options.relay.maxConnections = 2
+        }
+        try await withDaemon(setup) { daemon in
             let port = try #require(listener == "tls" ? daemon.addresses.tls?.port : daemon.httpPort)
-            var configuration = TLSConfiguration.makeClientConfiguration()
-            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(files.certificatePath))
-            let context = try NIOSSLContext(configuration: configuration)
             func connect() async throws -> TestConnection {
-                try await TestConnection.connect(port: port) { channel in
-                    try channel.pipeline.syncOperations.addHandler(
-                        try NIOSSLClientHandler(context: context, serverHostname: "localhost")
-                    )
-                }
+                try await TestConnection.connectTLS(port: port, trusting: files.certificatePath)
             }
             /// A request and its answer: the hello and a pong over TLS, or the health page
             /// over HTTPS.
