@@ -13,8 +13,23 @@ struct CommonOptions: ParsableArguments {
     @Option(help: "The server's TCP port (todostreamd: its NDJSON listener, or its HTTP listener with --transport ws).")
     var port: Int
 
-    @Option(help: "todostreamd only: tcp (NDJSON) or ws (WebSocket at /events).")
+    @Option(
+        help: ArgumentHelp(
+            "todostreamd only: tcp (NDJSON), ws (WebSocket at /events), tls (NDJSON over TLS: the --tls-listen "
+                + "port) or wss (WebSocket over TLS: the HTTP listener with --http-tls)."
+        )
+    )
     var transport: Transport = .tcp
+
+    @Option(
+        name: .customLong("tls-ca"),
+        help: ArgumentHelp(
+            "With --transport tls|wss: a PEM file of the certificates to trust (the daemon's --dev-tls writes "
+                + "<data dir>/dev-tls/cert.pem), checked with the name in --host. Without it the server's "
+                + "certificate is not checked (loopback only)."
+        )
+    )
+    var tlsCA: String?
 
     @Option(help: "The server's PID, to read its RSS (/proc/PID/status) and CPU time (/proc/PID/stat).")
     var pid: Int32?
@@ -48,7 +63,10 @@ struct CommonOptions: ParsableArguments {
             throw ValidationError("--host must be a loopback address: the load tool never leaves this machine.")
         }
         guard transport == .tcp || target == .todostreamd else {
-            throw ValidationError("--transport ws applies to todostreamd only.")
+            throw ValidationError("--transport \(transport.rawValue) applies to todostreamd only.")
+        }
+        guard tlsCA == nil || transport.isTLS else {
+            throw ValidationError("--tls-ca applies to --transport tls and wss only.")
         }
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64.") }
         guard payloadBytes >= PeerPayload.headerBytes, payloadBytes <= 65_536 else {
@@ -57,9 +75,9 @@ struct CommonOptions: ParsableArguments {
     }
 
     /// The server as results name it: "todostreamd (ws)" over WebSocket.
-    var serverName: String { transport == .webSocket ? "\(target.rawValue) (ws)" : target.rawValue }
+    var serverName: String { transport == .tcp ? target.rawValue : "\(target.rawValue) (\(transport.rawValue))" }
 
-    var endpoint: Endpoint { Endpoint(target: target, host: host, port: port, transport: transport) }
+    var endpoint: Endpoint { Endpoint(target: target, host: host, port: port, transport: transport, tlsCA: tlsCA) }
 
     func settings(todoIDs: [String] = [], subject: String = "bench") -> ConnectionSettings {
         ConnectionSettings(payloadBytes: payloadBytes, subject: subject, todoIDs: todoIDs)

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 #if canImport(Glibc)
 import Glibc
@@ -12,9 +13,11 @@ struct Endpoint: Sendable {
     var target: Target
     var host: String
     var port: Int
-    /// todostreamd only: NDJSON over TCP, or WebSocket at `/events` (port is then the HTTP
-    /// listener's).
+    /// todostreamd only: NDJSON over TCP or TLS, or WebSocket at `/events` (port is then the
+    /// HTTP listener's), with or without TLS.
     var transport: Transport = .tcp
+    /// With TLS: a PEM file of the certificates to trust; nil: the server's is not checked.
+    var tlsCA: String?
 }
 
 /// A connected, set-up connection.
@@ -67,6 +70,8 @@ final class Connector: Sendable {
     let perAddress: Int
     let firstAddress: Int
     private let remote: SocketAddress
+    /// The client side of TLS, made once (nil without TLS).
+    private let tls: NIOSSLContext?
 
     init(
         group: MultiThreadedEventLoopGroup,
@@ -83,6 +88,17 @@ final class Connector: Sendable {
         self.perAddress = max(perAddress, 1)
         self.firstAddress = firstAddress
         self.remote = try SocketAddress.makeAddressResolvingHost(endpoint.host, port: endpoint.port)
+        self.tls = endpoint.transport.isTLS ? try Self.makeTLSContext(trusting: endpoint.tlsCA) : nil
+    }
+
+    private static func makeTLSContext(trusting file: String?) throws -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if let file {
+            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(file))
+        } else {
+            configuration.certificateVerification = .none
+        }
+        return try NIOSSLContext(configuration: configuration)
     }
 
     func sourceAddress(for index: Int) -> String? {
@@ -108,6 +124,10 @@ final class Connector: Sendable {
         let target = endpoint.target
         let transport = endpoint.transport
         let hostHeader = "\(endpoint.host):\(endpoint.port)"
+        // `localhost` is sent (SNI) and checked; an IP address (the other loopback hosts) is
+        // checked against the certificate's IP addresses instead, which NIOSSL does without a name.
+        let serverHostname = endpoint.tlsCA != nil && endpoint.host == "localhost" ? endpoint.host : nil
+        let tls = self.tls
         let run = self.run
         var bootstrap = ClientBootstrap(group: loop)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -131,10 +151,13 @@ final class Connector: Sendable {
                 }
                 configure?(connection)
                 box.value = connection
-                let handlers: [any ChannelHandler] =
-                    transport == .webSocket
-                    ? [WebSocketLines(host: hostHeader, connection: connection), connection] : [connection]
                 return channel.eventLoop.makeCompletedFuture {
+                    var handlers: [any ChannelHandler] =
+                        transport.isWebSocket
+                        ? [WebSocketLines(host: hostHeader, connection: connection), connection] : [connection]
+                    if let tls {
+                        handlers.insert(try NIOSSLClientHandler(context: tls, serverHostname: serverHostname), at: 0)
+                    }
                     try channel.pipeline.syncOperations.addHandlers(handlers)
                 }
             }

@@ -323,7 +323,8 @@ struct Summarize: ParsableCommand {
 
     private func serverName(_ row: Row) -> String {
         let target = row["target"] as? String ?? "?"
-        return row["transport"] as? String == "ws" ? "\(target) (ws)" : target
+        guard let transport = row["transport"] as? String, transport != "tcp" else { return target }
+        return "\(target) (\(transport))"
     }
 
     /// Problems of a row, but those in columns (`except`).

@@ -33,4 +33,14 @@ enum Transport: String, ExpressibleByArgument, Sendable {
     case tcp
     /// WebSocket at `/events` (the `--http-listen` port).
     case webSocket = "ws"
+    /// NDJSON over TLS (the `--tls-listen` port).
+    case tls
+    /// WebSocket at `/events` over TLS (the HTTP listener with `--http-tls`).
+    case secureWebSocket = "wss"
+
+    /// Whether the transport's frames are WebSocket messages.
+    var isWebSocket: Bool { self == .webSocket || self == .secureWebSocket }
+
+    /// Whether the connection starts with a TLS handshake.
+    var isTLS: Bool { self == .tls || self == .secureWebSocket }
 }

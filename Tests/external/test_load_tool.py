@@ -1,5 +1,5 @@
 """The project's load tool (`todostream-load`) against the real daemon, over TCP and over
-WebSocket: the benchmarks' figures are only as good as its clients. Each scenario must finish
+WebSocket, with and without TLS: the benchmarks' figures are only as good as its clients. Each scenario must finish
 with answers, no failures, no gaps and no errors on either transport (its WebSocket client reads
 frames itself; a framing mistake shows up here as errors, gaps or nothing delivered).
 
@@ -80,6 +80,60 @@ def test_requests_about_several_todos_per_client_reach_each_of_them(daemon, tran
     with LineClient(daemon.tcp_port) as client:
         todos = [row for row in list_todos(client) if row["todo"].get("title") == "t"]
     assert len(todos) == 3 * 7, todos
+
+
+TLS_ARGS = ("--tls-listen", "127.0.0.1:0", "--dev-tls", "--http-tls", "--rate-limit", "1000000")
+
+
+def tls_port_for(daemon, transport: str) -> int:
+    return daemon.http_port if transport == "wss" else daemon.tls_port
+
+
+@pytest.mark.daemon_args(*TLS_ARGS)
+@pytest.mark.parametrize("transport", ["tls", "wss"])
+def test_saves_and_a_fanout_over_tls_are_all_answered_in_order(daemon, transport):
+    """The TLS transports, with the daemon's certificate checked against its dev CA."""
+    ca = str(daemon.data_dir / "dev-tls" / "cert.pem")
+    port = str(tls_port_for(daemon, transport))
+    saves = run_load(
+        "request", "--target", "todostreamd", "--transport", transport, "--port", port, "--tls-ca", ca,
+        "--clients", "4", "--duration", "1", "--publish", "edit",
+    )
+    assert saves["transport"] == transport
+    assert saves["requests"] > 0 and saves["latency_samples"] > 0, saves
+    assert saves["failed"] == 0 and saves["errors"] == {} and saves["closed_by_server"] == 0, saves
+    fanout = run_load(
+        "fanout", "--target", "todostreamd", "--transport", transport, "--port", port, "--tls-ca", ca,
+        "--subscribers", "20", "--duration", "1", "--publish", "edit", "--rate", "100",
+    )
+    assert fanout["published"] > 0 and fanout["delivered"] > 0, fanout
+    for field in ("undelivered", "gaps", "duplicates", "unmatched", "seq_mismatches", "closed_by_server"):
+        assert fanout[field] == 0, (field, fanout)
+    assert fanout["errors"] == {} and fanout["setup_failures"] == {}, fanout
+
+
+@pytest.mark.daemon_args(*TLS_ARGS)
+def test_a_certificate_not_trusted_fails_the_run(daemon, tmp_path):
+    other = tmp_path / "other.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+         "-subj", "/CN=other", "-keyout", str(tmp_path / "other.key"), "-out", str(other)],
+        check=True, capture_output=True, timeout=60,
+    )
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "todostreamd", "--transport", "tls", "--port", str(daemon.tls_port),
+         "--tls-ca", str(other), "--clients", "2", "--duration", "1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_trusted_certificate_file_needs_a_tls_transport():
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "todostreamd", "--port", "1", "--tls-ca", "/dev/null"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--tls-ca applies to --transport tls and wss only" in done.stderr, done.stderr
 
 
 def test_several_todos_per_client_apply_to_todostreamd_only():
