@@ -15,8 +15,8 @@ struct CommonOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "todostreamd only: tcp (NDJSON), ws (WebSocket at /events), tls (NDJSON over TLS: the --tls-listen "
-                + "port) or wss (WebSocket over TLS: the HTTP listener with --http-tls)."
+            "tcp; todostreamd also ws (WebSocket at /events), tls (NDJSON over TLS: the --tls-listen port) or "
+                + "wss (WebSocket over TLS: the HTTP listener with --http-tls); redis also tls (its --tls-port)."
         )
     )
     var transport: Transport = .tcp
@@ -62,8 +62,10 @@ struct CommonOptions: ParsableArguments {
         guard host.hasPrefix("127.") || host == "localhost" || host == "::1" else {
             throw ValidationError("--host must be a loopback address: the load tool never leaves this machine.")
         }
-        guard transport == .tcp || target == .todostreamd else {
-            throw ValidationError("--transport \(transport.rawValue) applies to todostreamd only.")
+        switch (transport, target) {
+        case (.tcp, _), (_, .todostreamd), (.tls, .redis): break
+        case (.tls, _): throw ValidationError("--transport tls applies to todostreamd and redis only.")
+        default: throw ValidationError("--transport \(transport.rawValue) applies to todostreamd only.")
         }
         guard tlsCA == nil || transport.isTLS else {
             throw ValidationError("--tls-ca applies to --transport tls and wss only.")
@@ -88,7 +90,7 @@ struct CommonOptions: ParsableArguments {
         var report = Report()
         report.set("scenario", scenario)
         report.set("target", target.rawValue)
-        if target == .todostreamd { report.set("transport", transport.rawValue) }
+        if target == .todostreamd || transport != .tcp { report.set("transport", transport.rawValue) }
         if let label { report.set("label", label) }
         report.set("threads", threads)
         return report

@@ -184,14 +184,19 @@ def test_pings_apply_to_requests_only():
     assert done.returncode != 0 and "--publish ping applies to request only" in done.stderr, done.stderr
 
 
-def _start_peer(server: str, tmp_path) -> tuple[subprocess.Popen, int]:
+def _start_peer(server: str, tmp_path, tls: tuple[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     binary = shutil.which("redis-server" if server == "redis" else "nats-server")
     if binary is None:
         pytest.fail(f"{server}-server is not installed: run scripts/install-test-tools", pytrace=False)
     port = free_port()
     if server == "redis":
         # The load tool connects from 127.0.0.2 onwards, which protected mode refuses.
-        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", str(tmp_path),
+        listen = ["--port", str(port)]
+        if tls:
+            cert, key = tls
+            listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", cert, "--tls-key-file", key,
+                      "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"]
+        command = [binary, *listen, "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", str(tmp_path),
                    "--save", ""]
     else:
         command = [binary, "-a", "127.0.0.1", "-p", str(port)]
@@ -230,3 +235,43 @@ def test_a_durable_ping_is_refused():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode != 0 and "--durable and --publish ping exclude each other" in done.stderr, done.stderr
+
+
+def test_redis_over_tls_answers_the_load_tool(tmp_path):
+    """The TLS peer of the daemon's TLS listener: redis-server's --tls-port (Debian's build has TLS)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )
+    process, port = _start_peer("redis", tmp_path, tls=(str(cert), str(key)))
+    try:
+        result = run_load(
+            "request", "--target", "redis", "--transport", "tls", "--tls-ca", str(cert), "--port", str(port),
+            "--pid", str(process.pid), "--clients", "3", "--duration", "1", "--durable",
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert result["transport"] == "tls", result
+    assert result["requests"] > 0 and result["latency_samples"] > 0, result
+    assert result["failed"] == 0 and result["errors"] == {}, result
+
+
+@pytest.mark.parametrize("transport", ["ws", "wss"])
+def test_websocket_transports_apply_to_todostreamd_only(transport):
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "redis", "--port", "1", "--transport", transport],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and f"--transport {transport} applies to todostreamd only" in done.stderr, done.stderr
+
+
+def test_tls_applies_to_todostreamd_and_redis_only():
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "nats", "--port", "1", "--transport", "tls"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--transport tls applies to todostreamd and redis only" in done.stderr, done.stderr
