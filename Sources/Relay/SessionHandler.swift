@@ -65,6 +65,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// this many bytes unsent.
     private var highWaterMark = Int.max
     private var stallWatch = StallWatch.idle
+    /// After a slow-consumer cut: when the connection closes.
+    private var closeGrace = CloseGraceStateMachine()
+    /// The last `tcpi_bytes_acked` read of the socket.
+    private var lastAcknowledgedBytes: UInt64 = 0
     /// The connection's socket, when the session may write to it itself (plain TCP, and
     /// WebSocket without compression or TLS).
     private let socket: CInt?
@@ -995,18 +999,67 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             "You are not reading fast enough; closing. Reconnect and resume to catch up.",
             correlation: nil
         )
-        let promise = loop.makePromise(of: Void.self)
-        channelWrite(context, frame, flush: true, promise: promise)
-        let channel = context.channel
-        let grace = TimeAmount.milliseconds(Int64(configuration.slowConsumerGraceMs))
-        let timeout = loop.scheduleTask(in: grace) { channel.close(promise: nil) }
-        promise.futureResult.whenComplete { _ in
-            timeout.cancel()
-            channel.close(promise: nil)
+        let lastWritten = loop.makePromise(of: Void.self)
+        switch runFraming {
+        case .lines:
+            channelWrite(context, frame, flush: true, promise: lastWritten)
+        case .webSocketFrames, .oneByOne:
+            // The notice, then the close frame (1001), both behind what the channel holds.
+            channelWrite(context, frame)
+            context.triggerUserOutboundEvent(SendWebSocketClose(code: .goingAway), promise: lastWritten)
         }
+        closeGrace.started(drainProgress(context))
+        let channel = context.channel
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        lastWritten.futureResult.whenComplete { _ in
+            if bound.value.closeGrace.lastFramesWritten() { channel.close(promise: nil) }
+        }
+        lookAtTheDrainLater()
         // Input is still read (and dropped) meanwhile, so the close is orderly, not a reset
         // that could discard what the client has not read yet.
         if case .read = inbound.readsResumedForClose() { context.read() }
+    }
+
+    /// After a grace period: a cut client that took nothing since the last look is closed;
+    /// one still reading keeps its connection until its last frames are out
+    /// (`CloseGraceStateMachine`).
+    private func lookAtTheDrainLater() {
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        let grace = TimeAmount.milliseconds(Int64(configuration.slowConsumerGraceMs))
+        loop.scheduleTask(in: grace) {
+            let session = bound.value
+            guard let context = session.context else { return session.closeGrace.connectionClosed() }
+            switch session.closeGrace.check(session.drainProgress(context)) {
+            case .checkAgain: session.lookAtTheDrainLater()
+            case .close: context.channel.close(promise: nil)
+            case .none: break
+            }
+        }
+    }
+
+    /// What the daemon still holds for the client, and what the client's kernel acknowledged.
+    private func drainProgress(_ context: ChannelHandlerContext) -> CloseGraceStateMachine.Progress {
+        CloseGraceStateMachine.Progress(
+            unsentBytes: queuedBytes,
+            acknowledgedBytes: acknowledgedBytes(context.channel)
+        )
+    }
+
+    /// The socket's `tcpi_bytes_acked` (Linux 4.2 and later; 0 where unknown). Asked on the
+    /// channel's own loop, where the answer comes at once.
+    private func acknowledgedBytes(_ channel: any Channel) -> UInt64 {
+        #if os(Linux)
+        guard let provider = channel as? any SocketOptionProvider else { return 0 }
+        let answer: EventLoopFuture<KernelTCPInfo> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(IPPROTO_TCP),
+            name: SocketOptionName(TCP_INFO)
+        )
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        answer.whenSuccess { bound.value.lastAcknowledgedBytes = $0.bytesAcknowledged }
+        return lastAcknowledgedBytes
+        #else
+        return 0
+        #endif
     }
 
     /// Sends a last frame behind everything queued, then closes.

@@ -209,6 +209,26 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, data: buffer)), promise: promise)
     }
 
+    /// `SendWebSocketClose`: the close frame goes out behind everything written before it, and
+    /// `promise` completes once it is written; nothing is written after it.
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard let request = event as? SendWebSocketClose else {
+            return context.triggerUserOutboundEvent(event, promise: promise)
+        }
+        guard !closeSent else {
+            promise?.succeed(())
+            return
+        }
+        closeSent = true
+        context.fireUserInboundEventTriggered(LeaveSocket())
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.write(webSocketErrorCode: request.code)
+        context.writeAndFlush(
+            wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)),
+            promise: promise
+        )
+    }
+
     /// A close from the daemon (shutdown, slow consumer) goes out as a close frame first.
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .all, !closeSent, context.channel.isActive {
@@ -223,4 +243,10 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         }
         context.close(mode: mode, promise: promise)
     }
+}
+
+/// Asks the WebSocket transport for its close frame (see `WebSocketTransportHandler`); the
+/// channel stays open until its owner closes it.
+struct SendWebSocketClose: Sendable {
+    let code: WebSocketErrorCode
 }

@@ -381,6 +381,46 @@ import TodoStore
         }
     }
 
+    /// A client that reads, but far slower than its broadcasts come, is cut as a slow consumer
+    /// and still gets every frame it was sent whole, then the notice, then the close, however
+    /// many grace periods its backlog takes it: only a client that takes nothing for a whole
+    /// grace period is closed before its last frames are out.
+    @Test func aSlowReaderThatIsCutGetsWholeFramesThenTheNotice() async throws {
+        try await withDaemon(.slowReaderCut) { daemon in
+            let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
+            _ = try await slow.json()
+            // Its first frame ends the hold on live output after the greeting.
+            try await slow.sendLine(#"{"op":"ping","id":"p"}"#)
+            #expect(try await slow.json()["op"] as? String == "pong")
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo(String(repeating: "Slow ", count: 180))
+            let id = try #require(todoID(created))
+            try await slow.readSlowly()
+            let reading = Task { try await slow.trickle() }
+            defer { reading.cancel() }
+            try await toggle(id, times: 400, from: writer)
+            let rest = try await slow.waitForClose(timeout: .seconds(60))
+            let lines = rest.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
+            let frames = try lines.dropLast().map { line in
+                try #require(
+                    try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+                    "a whole frame, not \(String(decoding: line.prefix(80), as: UTF8.self))"
+                )
+            }
+            let notice = try #require(frames.last)
+            #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
+            // From the todo's creation on.
+            var previous = try #require(created["seq"] as? Int) - 1
+            for frame in frames.dropLast() {
+                let seq = try #require(frame["seq"] as? Int, "\(frame)")
+                #expect(seq == previous + 1, "in order, no gaps before the cut")
+                previous = seq
+            }
+            #expect(frames.count > 2, "the client read for several grace periods")
+        }
+    }
+
     /// A client that stops reading for a while, within the bound, is not cut: what waits for
     /// it (in the kernel, in the channel, and past the channel's high-water mark in the
     /// session's own queue, which only a writability change hands on) reaches it in order once

@@ -114,6 +114,22 @@ final class TestConnection: Sendable {
         try await inbox.waitForClose(timeout: timeout, on: channel.eventLoop)
     }
 
+    /// From now on the connection reads only when `trickle` asks: 1 KiB at a time.
+    func readSlowly() async throws {
+        try await channel.setOption(.autoRead, value: false).get()
+        try await channel.setOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 1024)).get()
+        try await channel.setOption(.maxMessagesPerRead, value: 1).get()
+    }
+
+    /// Reads 1 KiB every 20 ms (about 50 KB/s: a reader, but a slow one) until cancelled or
+    /// closed. The pauses make the client slow; nothing waits on them.
+    func trickle() async throws {
+        while !Task.isCancelled, channel.isActive {
+            channel.read()
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     func startReading() {
         channel.setOption(.autoRead, value: true).whenSuccess { [channel] in channel.read() }
     }

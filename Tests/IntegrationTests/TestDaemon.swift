@@ -74,6 +74,18 @@ struct DaemonSetup {
     }
 }
 
+extension DaemonSetup {
+    /// A small outbound bound and a short grace period, for clients cut as slow consumers.
+    static var slowReaderCut: DaemonSetup {
+        .custom({ options in
+            roomForAFlood.apply(&options)
+            options.relay.maxQueueBytes = 64 << 10
+            options.relay.maxQueueFrames = 4096
+            options.relay.slowConsumerGraceMs = 200
+        })
+    }
+}
+
 func temporaryDirectory() -> String {
     let path = NSTemporaryDirectory() + "todostream-it-" + UUID().uuidString
     try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)

@@ -208,6 +208,49 @@ struct RawWebSocket {
         }
     }
 
+    /// A WebSocket client cut as a slow consumer while it still reads gets whole frames, the
+    /// notice, then the close frame (1001), not a connection broken off mid-frame.
+    @Test func aSlowReaderThatIsCutGetsTheNoticeThenACloseFrame() async throws {
+        try await withDaemon(.slowReaderCut) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo(String(repeating: "Slow ", count: 180))
+            let id = try #require(todoID(created))
+            var seq = try #require(created["seq"] as? Int)
+            #expect(try await ws.receiveJSON()["seq"] as? Int == seq)
+            try await ws.connection.readSlowly()
+            let reading = Task { try await ws.connection.trickle() }
+            defer { reading.cancel() }
+            for index in 0..<400 {
+                try await writer.send([
+                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+                ])
+                if index % 100 == 99 {
+                    _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
+                }
+            }
+            while true {
+                let (opcode, payload) = try await ws.receive()
+                #expect(opcode == 0x1, "text frames until the notice")
+                let frame = try #require(
+                    try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any],
+                    "a whole frame, not \(String(decoding: payload.prefix(80), as: UTF8.self))"
+                )
+                if let error = frame["error"] as? [String: Any] {
+                    #expect(error["code"] as? String == "slow_consumer")
+                    break
+                }
+                #expect(frame["seq"] as? Int == seq + 1, "in order, no gaps before the cut")
+                seq += 1
+            }
+            let (opcode, payload) = try await ws.receive()
+            #expect(opcode == 0x8, "the close frame follows the notice")
+            #expect(payload.count >= 2 && (Int(payload[0]) << 8 | Int(payload[1])) == 1001)
+            _ = try await ws.connection.waitForClose(timeout: .seconds(30))
+        }
+    }
+
     @Test func binaryAndOversizedMessagesAreErrorsAndFragmentsAreReassembled() async throws {
         try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1024 })) { daemon in
             let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
