@@ -68,7 +68,7 @@ public struct ViewModelServer: EventServer {
             }
 
         case .responseTodo(let write, .success(let saved)) where saved.duplicate:
-            return [duplicateAnswer(write, saved)]
+            return duplicateAnswers(write, saved)
 
         case .responseTodo(let write, let result):
             let mark = write.mid.map { MutationMark(mid: $0) }
@@ -131,26 +131,28 @@ public struct ViewModelServer: EventServer {
         )
     }
 
-    /// The answer to a write whose `mid` was already applied: one reply, nothing broadcast. A
-    /// toggle or delete gets the `ResponseTodoViewModel` first broadcast, byte for byte; a save
-    /// gets the `ResponseUpdateDetailViewModel` its first attempt got (the detail of the todo as
-    /// that write saved it). Both say `duplicate` and the seq the write was applied with.
-    private func duplicateAnswer(_ write: TodoWrite, _ saved: SavedTodo) -> Emission<Event> {
+    /// The answers to a write whose `mid` was already applied: replies only, nothing broadcast,
+    /// the responses the original produced, in the retry's response types. A toggle or delete
+    /// gets the `ResponseTodoViewModel` first broadcast, byte for byte; a save gets the
+    /// `ResponseUpdateDetailViewModel` its first attempt got (the detail of the todo as that write
+    /// saved it), then that `ResponseTodoViewModel`. Each says `duplicate` and the seq the write
+    /// was applied with.
+    private func duplicateAnswers(_ write: TodoWrite, _ saved: SavedTodo) -> [Emission<Event>] {
         let mark = MutationMark(mid: write.mid ?? "", appliedSeq: saved.seq)
-        if case .update = write.change {
-            return Emission(
-                .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))),
-                .reply,
-                encodedPayload: Self.detailPayload(saved),
-                mark: mark
-            )
-        }
-        return Emission(
+        let row = Emission<Event>(
             .responseTodoViewModel(.success(TodoViewModel(todo: saved.todo))),
             .reply,
             encodedPayload: saved.broadcastPayload,
             mark: mark
         )
+        guard case .update = write.change else { return [row] }
+        let detail = Emission<Event>(
+            .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: saved.todo))),
+            .reply,
+            encodedPayload: Self.detailPayload(saved),
+            mark: mark
+        )
+        return [detail, row]
     }
 }
 

@@ -122,6 +122,15 @@ import Testing
             #expect(again["applied_seq"] as? Int == broadcast["seq"] as? Int)
             #expect(payload(again) == payload(reply))
             #expect((again["payload"] as? [String: Any])?["title"] as? String == "Final")
+            // Then the list row the save broadcast, as a reply too (no seq).
+            let row = try await client.json()
+            #expect(row["re"] as? String == "s2")
+            #expect(row["type"] as? String == "ResponseTodoViewModel")
+            #expect(row["duplicate"] as? Bool == true)
+            #expect(row["mid"] as? String == "save:1")
+            #expect(row["applied_seq"] as? Int == broadcast["seq"] as? Int)
+            #expect(row["seq"] == nil)
+            #expect(payload(row) == payload(broadcast))
             // Nothing followed: a ping is the next answer.
             try await client.send(["op": "ping", "id": "p"])
             #expect(try await client.json()["op"] as? String == "pong")

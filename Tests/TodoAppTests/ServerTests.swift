@@ -141,14 +141,16 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
             .responseUpdateDetailViewModel(.success(TodoDetailViewModel(todo: todo)))
         )
         #expect(update.map(\.encodedPayload).map { $0.map(EncodedBody.payload) } == [answer, .payload(row)])
-        // A save already applied (its mid seen) is answered the same way.
+        // A save already applied (its mid seen) is answered with the same two payloads.
         let again = server.handle(
             .responseTodo(
                 TodoWrite(id: todo.id, expectedVersion: nil, change: .update(TodoEdit()), mid: "m"),
                 .success(SavedTodo(todo: todo, seq: 42, broadcastPayload: row, duplicate: true))
             )
         )
-        #expect(again.map(\.encodedPayload).map { $0.map(EncodedBody.payload) } == [answer])
+        // Both answers again, as replies: the detail, then the list row first broadcast.
+        #expect(again.map(\.encodedPayload).map { $0.map(EncodedBody.payload) } == [answer, .payload(row)])
+        #expect(again.map(\.scope) == [.reply, .reply])
     }
 
     @Test func failedWritesAreRepliesOnly() async {
