@@ -8,7 +8,18 @@ import NIOCore
 /// idle → replaying(plan, held) → idle. A session that starts closing during the replay is
 /// `abandoned`: the replay stops at its next page and nothing more is sent; the session stays
 /// busy unless the replay still reports an end (one already under way).
+///
+/// What earlier resumes of the connection replayed is remembered (`replayed`): a later one
+/// sends none of it again.
 struct ResumeStateMachine {
+    /// Seqs `after + 1 ... through`.
+    struct SeqRange: Equatable, Sendable {
+        let after: UInt64
+        let through: UInt64
+
+        func contains(_ seq: UInt64) -> Bool { seq > after && seq <= through }
+    }
+
     /// What a resume replays, worked out when it begins. Read by the task that pages through the
     /// journal.
     struct Plan: Equatable, Sendable {
@@ -26,14 +37,25 @@ struct ResumeStateMachine {
         /// The newest seq the client has once the replay is done, replayed or received live.
         let covered: UInt64
         let pageSize: UInt64
+        /// What earlier resumes of this connection replayed: not sent again.
+        var sent: SeqRange? = nil
+
+        /// Where the replay starts: past what an earlier resume sent from `after` on.
+        var start: UInt64 {
+            guard let sent, sent.after <= after, after < sent.through else { return after }
+            return sent.through
+        }
+
+        /// Whether a replayed broadcast goes to the client (an earlier resume did not send it).
+        func sends(_ seq: UInt64) -> Bool { !(sent?.contains(seq) ?? false) }
 
         /// Whether the journal at `position` can serve this resume (otherwise: `gap`). A seq
         /// this daemon has not broadcast yet but the journal holds (another daemon's, sharing the
         /// database) is fine: it and everything after it reach the session live.
         func isServed(by position: JournalPosition, currentEpoch: String) -> Bool {
-            let needsJournal = after < replayThrough
+            let needsJournal = start < replayThrough
             return epoch == position.epoch && epoch == currentEpoch && after <= max(current, position.head)
-                && (!needsJournal || after + 1 >= position.oldest)
+                && (!needsJournal || start + 1 >= position.oldest)
         }
 
         /// The journal page to read once everything up to `cursor` is replayed; nil when the
@@ -94,6 +116,9 @@ struct ResumeStateMachine {
     }
 
     private(set) var state: State = .idle
+    /// What the connection's resumes have replayed so far (one range: every replay ends at the
+    /// greeting's seq or later, so together they are contiguous).
+    private(set) var replayed: SeqRange?
 
     /// Whether a resume is running: frames from the client wait until it ends.
     var isRunning: Bool {
@@ -130,7 +155,8 @@ struct ResumeStateMachine {
             current: current,
             replayThrough: through,
             covered: held ? through : current,
-            pageSize: UInt64(max(1, pageSize))
+            pageSize: UInt64(max(1, pageSize)),
+            sent: replayed
         )
         state = .replaying(plan, held: heldSinceStart ?? HeldOutput())
         return .replay(plan)
@@ -175,7 +201,15 @@ struct ResumeStateMachine {
             // Live broadcasts the client already had before (seq <= after) or that were just
             // replayed are not sent twice.
             var skipThrough: UInt64 = 0
-            if case .resumed(let from, _) = outcome { skipThrough = max(from - 1, plan.replayThrough) }
+            if case .resumed(let from, _) = outcome {
+                skipThrough = max(from - 1, plan.replayThrough)
+                if plan.after < plan.replayThrough {
+                    let now = SeqRange(after: plan.after, through: plan.replayThrough)
+                    replayed = replayed.map {
+                        SeqRange(after: min($0.after, now.after), through: max($0.through, now.through))
+                    } ?? now
+                }
+            }
             return .answer(release: held.frames(after: skipThrough))
         }
     }

@@ -639,7 +639,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                     loop.execute { bound.value.finishResume(.gap(current: plan.current), re: re) }
                     return
                 }
-                var cursor = plan.after
+                var cursor = plan.start
                 while let page = plan.page(after: cursor) {
                     let entries = try await journal.entries(after: page.after, through: page.through)
                     guard page.isWhole(entries) else {
@@ -648,7 +648,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                         return
                     }
                     let frames: [ByteBuffer] = entries.compactMap { entry in
-                        guard let index = catalog.index(of: entry.type), types.contains(index) else { return nil }
+                        guard plan.sends(entry.seq), let index = catalog.index(of: entry.type), types.contains(index)
+                        else { return nil }
                         return OutboundFrame.event(
                             seq: entry.seq,
                             type: entry.type,

@@ -32,6 +32,32 @@ import Testing
         }
     }
 
+    /// A second `resume` on the same connection sends none of the broadcasts the first one
+    /// replayed, nor those that came live since; it still reports the range it covers.
+    @Test func aSecondResumeOnTheConnectionSendsNothingTwice() async throws {
+        try await withDaemon { daemon in
+            let (writer, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            for title in ["one", "two", "three"] { _ = try await writer.createTodo(title) }
+            let (again, _) = try await daemon.client()
+            try await again.send(["op": "resume", "epoch": epoch, "after": 1, "id": "r1"])
+            let replayed = [try await again.json(), try await again.json()]
+            #expect(replayed.map { $0["seq"] as? Int } == [2, 3])
+            #expect(try await again.json()["op"] as? String == "resumed")
+            _ = try await writer.createTodo("four")
+            #expect(try await again.json()["seq"] as? Int == 4)
+            try await again.send(["op": "resume", "epoch": epoch, "after": 0, "id": "r2"])
+            // Only seq 1 was not sent on this connection yet.
+            let (resumed, sent) = try await again.json(until: { $0["op"] as? String == "resumed" })
+            #expect(sent.map { $0["seq"] as? Int } == [1])
+            #expect(resumed["re"] as? String == "r2")
+            #expect(resumed["from"] as? Int == 1)
+            #expect(resumed["to"] as? Int == 4)
+            _ = try await writer.createTodo("five")
+            #expect(try await again.json()["seq"] as? Int == 5)
+        }
+    }
+
     @Test func replayedFramesAreByteForByteTheLiveOnes() async throws {
         try await withDaemon(storage: .sqlite) { daemon in
             let (writer, _) = try await daemon.client()

@@ -81,6 +81,44 @@ import Testing
         #expect(machine.replayEnded(plan.resumed) == .answer(release: [frame("s13")]))
     }
 
+    @Test func aSecondResumeSendsNothingTheFirstReplayed() throws {
+        var machine = ResumeStateMachine()
+        let first = try #require(start(&machine, after: 3))
+        #expect(first.start == 3 && first.sent == nil)
+        #expect(machine.replayEnded(first.resumed) == .answer(release: []))
+        #expect(machine.replayed == ResumeStateMachine.SeqRange(after: 3, through: 10))
+        // The same point again: nothing to replay, the range is still reported.
+        let again = try #require(start(&machine, after: 3))
+        #expect(again.start == 10)
+        #expect(again.page(after: again.start) == nil)
+        #expect(again.resumed == .resumed(from: 4, to: 12))
+        #expect(machine.replayEnded(again.resumed) == .answer(release: []))
+        // From further back: only what the first did not send.
+        let earlier = try #require(start(&machine, after: 1))
+        #expect(earlier.start == 1)
+        #expect((2...10).filter { earlier.sends(UInt64($0)) } == [2, 3])
+        #expect(machine.replayEnded(earlier.resumed) == .answer(release: []))
+        #expect(machine.replayed == ResumeStateMachine.SeqRange(after: 1, through: 10))
+    }
+
+    @Test func aResumeThatEndsInAGapRemembersNothing() throws {
+        var machine = ResumeStateMachine()
+        _ = try #require(start(&machine, after: 3))
+        #expect(machine.replayEnded(.gap(current: 12)) == .answer(release: []))
+        #expect(machine.replayed == nil)
+        let again = try #require(start(&machine, after: 3))
+        #expect(again.start == 3 && again.sends(4))
+    }
+
+    @Test func aSecondResumeNeedsTheJournalOnlyForWhatItSends() throws {
+        var machine = ResumeStateMachine()
+        let first = try #require(start(&machine, after: 3))
+        _ = machine.replayEnded(first.resumed)
+        let again = try #require(start(&machine, after: 5))
+        // Pruned up to 8 meanwhile: nothing of it is needed again.
+        #expect(again.isServed(by: JournalPosition(epoch: "E", head: 12, oldest: 9), currentEpoch: "E"))
+    }
+
     @Test func nothingMissedReportsAnEmptyRange() throws {
         var machine = ResumeStateMachine()
         let plan = try #require(start(&machine, after: 10, helloSeq: 10, current: 10))
