@@ -205,9 +205,10 @@ struct ResumeStateMachine {
                 skipThrough = max(from - 1, plan.replayThrough)
                 if plan.after < plan.replayThrough {
                     let now = SeqRange(after: plan.after, through: plan.replayThrough)
-                    replayed = replayed.map {
-                        SeqRange(after: min($0.after, now.after), through: max($0.through, now.through))
-                    } ?? now
+                    replayed =
+                        replayed.map {
+                            SeqRange(after: min($0.after, now.after), through: max($0.through, now.through))
+                        } ?? now
                 }
             }
             return .answer(release: held.frames(after: skipThrough))
