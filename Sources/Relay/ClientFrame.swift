@@ -92,9 +92,12 @@ struct ClientFrame: Decodable, Equatable {
         return decoded(from: bytes).map { Parsed(frame: $0, root: nil) }
     }
 
-    /// The frame as JSONDecoder reads it: the reference for the fields `init(root:)` reads.
+    /// The frame as JSONDecoder reads it, when it is JSON: the reference for the fields
+    /// `init(root:)` reads. (The decoder also reads what is not JSON: trailing commas, unknown
+    /// escapes, leading zeros, raw control characters. Such a frame is `invalid_json`.)
     static func decoded(from bytes: [UInt8]) -> ClientFrame? {
-        try? JSONDecoder().decode(ClientFrame.self, from: Data(bytes))
+        guard JSONValidator.isValid(bytes) else { return nil }
+        return try? JSONDecoder().decode(ClientFrame.self, from: Data(bytes))
     }
 
     /// The fields of a parsed root object, each as `init(from:)` reads it: a present key whose

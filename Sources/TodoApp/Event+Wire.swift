@@ -261,6 +261,25 @@ private struct ReferencePayload: Decodable {
     let id: String
     let version: Int?
 
+    private enum CodingKeys: String, CodingKey {
+        case id, version
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(String.self, forKey: .id)
+        do {
+            version = try container.decodeIfPresent(Int.self, forKey: .version)
+        } catch {
+            // Anything but an integer or null. For a number that is no Int (1.5, 1e300, past
+            // Int.max) Foundation's own error names no field (it says the data is not JSON).
+            throw DecodingError.typeMismatch(
+                Int.self,
+                .init(codingPath: container.codingPath + [CodingKeys.version], debugDescription: "not an integer")
+            )
+        }
+    }
+
     /// The reference when `value` is an object with `id` a string and `version` absent, null
     /// or an integer; nil for anything else.
     init?(_ value: JSONValue?) {

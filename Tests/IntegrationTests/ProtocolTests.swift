@@ -111,6 +111,13 @@ import TodoStore
         ("this is not json", "invalid_json", false),
         ("[1,2]", "invalid_json", false),
         ("42", "invalid_json", false),
+        // Not JSON, though Foundation's decoder would read each (the frame is checked first).
+        (#"{"op":"ping","id":"x",}"#, "invalid_json", false),
+        (#"{"op":"ping","id":"x","x":[1,]}"#, "invalid_json", false),
+        (#"{"op":"ping","id":"x","x":"\q"}"#, "invalid_json", false),
+        (#"{"op":"ping","id":"x","x":01}"#, "invalid_json", false),
+        ("{\"op\":\"pi\tng\",\"id\":\"x\"}", "invalid_json", false),
+        ("{\"type\":\"RequestTodoViewModels\",\"id\":\"x\",\"x\":\"a\u{1}\u{0}\"}", "invalid_json", false),
         (#"{"id":"x"}"#, "invalid_frame", true),
         (#"{"type":"RequestTodoViewModels","op":"ping","id":"x"}"#, "invalid_frame", true),
         (#"{"type":5,"id":"x"}"#, "invalid_frame", true),

@@ -60,6 +60,10 @@ import Testing
         #"{"op":"ping"}{}"#,
         #"{"op":"ping""#,
         #"{"op":"ping",}"#,
+        #"{"op":"ping","x":[1,]}"#,
+        #"{"op":"ping","x":"\q"}"#,
+        #"{"op":"ping","x":01}"#,
+        "{\"op\":\"ping\",\"x\":\"\t\"}",
         "",
         "[1]",
         #""x""#,
@@ -81,6 +85,15 @@ import Testing
         let parsed = ClientFrame.parse(bytes)
         #expect(parsed?.root == nil)
         #expect(parsed?.frame == ClientFrame.decoded(from: bytes))
+    }
+
+    /// What JSONDecoder reads though it is not JSON is no frame (`invalid_json`).
+    @Test(arguments: [
+        #"{"op":"ping",}"#, #"{"op":"ping","x":[1,]}"#, #"{"op":"ping","x":"\q"}"#, #"{"op":"ping","x":01}"#,
+        "{\"op\":\"ping\",\"x\":\"\t\"}", "{\"op\":\"pi\u{1}ng\"}",
+    ])
+    func whatIsNotJSONIsNoFrame(_ text: String) {
+        #expect(ClientFrame.parse(Array(text.utf8)) == nil)
     }
 
     @Test func readsEachFieldWithItsRules() throws {

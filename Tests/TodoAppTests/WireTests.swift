@@ -32,6 +32,18 @@ import Testing
         #expect(message(#"{"payload":{}}"#) == "payload.todo is missing.")
         #expect(message(#"{"payload":{"todo":{"id":5}}}"#) == "payload.todo.id must be a string.")
         #expect(message(#"{"payload":{"todo":{"id":"nope"}}}"#) == "payload.todo.id must be a UUID string.")
+        // Numbers that are no Int: Foundation's own error names no field.
+        let id = #""id":"6f1c0000-0000-0000-0000-000000000001""#
+        for version in ["1.5", "2.5", "1e300", "99999999999999999999999", "\"1\""] {
+            #expect(
+                message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#)
+                    == "payload.todo.version must be an integer."
+            )
+            #expect(
+                message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#, "RequestUpdateDetailViewModel")
+                    == "payload.todo.version must be an integer."
+            )
+        }
         #expect(
             message(
                 #"{"payload":{"todo":{"id":"6f1c0000-0000-0000-0000-000000000001"},"priority":"urgent"}}"#,
