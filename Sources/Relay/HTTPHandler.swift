@@ -66,6 +66,14 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// A request NIO could not parse was answered `400` with `Connection: close` by its error
+    /// handler, which leaves the closing to the pipeline: the connection ends here. (A refused
+    /// upgrade's error is no reason to close: the request is answered as any other.)
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is HTTPParserError else { return context.fireErrorCaught(error) }
+        context.close(promise: nil)
+    }
+
     private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
         guard head.method == .GET || head.method == .HEAD else {

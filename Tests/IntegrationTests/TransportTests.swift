@@ -349,6 +349,25 @@ struct RawWebSocket {
         }
     }
 
+    /// The WebSocket handshake is a GET (RFC 6455 §4.1): any other method is no upgrade. A
+    /// request NIO cannot parse is answered 400 and the connection closed, as the answer says.
+    @Test func onlyAGetUpgradesAndAnUnparsableRequestIsClosed() async throws {
+        try await withDaemon { daemon in
+            let post = try await TestConnection.connect(port: daemon.httpPort)
+            try await post.send(
+                "POST /events HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                    + "Content-Length: 0\r\n\r\n"
+            )
+            #expect(try await post.line().hasPrefix("HTTP/1.1 405 "))
+            let garbled = try await TestConnection.connect(port: daemon.httpPort)
+            try await garbled.send("GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+            let answer = String(decoding: try await garbled.waitForClose(), as: UTF8.self)
+            #expect(answer.hasPrefix("HTTP/1.1 400 "))
+            #expect(answer.lowercased().contains("connection: close"))
+        }
+    }
+
     /// Every file of the web page (Sources/TodoWeb/web, embedded by SwiftPM) is served at its
     /// path, byte for byte; `/` is the index.
     @Test func everyFileOfTheWebPageIsServedAsIs() async throws {
