@@ -150,8 +150,9 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         if data.readableBytes == 1 { return fail(context, .protocolError) }
         if let raw = data.readInteger(as: UInt16.self) {
             guard Self.isValidCloseCode(raw) else { return fail(context, .protocolError) }
+            // A reason that is not UTF-8 is data inconsistent with its type (RFC 6455 §7.4.1).
             guard String(validating: data.readableBytesView, as: UTF8.self) != nil else {
-                return fail(context, .protocolError)
+                return fail(context, .dataInconsistentWithMessage)
             }
             code = WebSocketErrorCode(codeNumber: Int(raw))
         }

@@ -272,7 +272,7 @@ struct RawWebSocket {
 
     @Test(arguments: [
         ("unmasked", 1002), ("invalid UTF-8", 1007), ("continuation first", 1002), ("reserved bits", 1002),
-        ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009),
+        ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009), ("close reason not UTF-8", 1007),
     ])
     func protocolViolationsCloseWithTheRightCode(_ violation: String, _ expected: Int) async throws {
         try await withDaemon { daemon in
@@ -285,6 +285,7 @@ struct RawWebSocket {
             case "reserved bits": try await ws.send(opcode: 0x1, Array("{}".utf8), rsv: 0x40)
             case "bad close code": try await ws.send(opcode: 0x8, [0x03, 0xEC])  // 1004
             case "close": try await ws.send(opcode: 0x8, [0x03, 0xE8])
+            case "close reason not UTF-8": try await ws.send(opcode: 0x8, [0x03, 0xE8, 0x61, 0xFF])
             default:
                 try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: 600_000), fin: false)
                 try await ws.send(opcode: 0x0, [UInt8](repeating: 0x20, count: 600_000), fin: false)
