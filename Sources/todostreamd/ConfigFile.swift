@@ -176,7 +176,10 @@ enum ConfigFile {
             let key = prefix.isEmpty ? name : "\(prefix).\(name)"
             if keys[key] != nil {
                 flat[key] = value
-            } else if let nested = value as? [String: Any], keys.keys.contains(where: { $0.hasPrefix(key + ".") }) {
+            } else if keys.keys.contains(where: { $0.hasPrefix(key + ".") }) {
+                guard let nested = value as? [String: Any] else {
+                    throw ConfigError(message: "\(path): \(key) must be a section (its keys indented below it)")
+                }
                 try flatten(nested, prefix: key, into: &flat, path: path)
             } else {
                 throw ConfigError(message: "\(path): unknown key \(key)")

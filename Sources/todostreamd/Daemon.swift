@@ -106,8 +106,11 @@ struct DaemonOptions: Sendable {
     var environment: [String: String] = ProcessInfo.processInfo.environment
 
     /// `$STATE_DIRECTORY` under systemd, else `./todostream-data`.
-    static var defaultDataDirectory: String {
-        if let state = ProcessInfo.processInfo.environment["STATE_DIRECTORY"], !state.isEmpty {
+    static var defaultDataDirectory: String { defaultDataDirectory(in: ProcessInfo.processInfo.environment) }
+
+    /// `$STATE_DIRECTORY` (its first path) in `environment`, else `./todostream-data`.
+    static func defaultDataDirectory(in environment: [String: String]) -> String {
+        if let state = environment["STATE_DIRECTORY"], !state.isEmpty {
             return String(state.split(separator: ":").first ?? Substring(state))
         }
         return "todostream-data"

@@ -104,6 +104,7 @@ struct SettingsOptions: ParsableArguments {
     func resolve(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> DaemonOptions {
         var options = DaemonOptions()
         options.environment = environment
+        options.dataDirectory = DaemonOptions.defaultDataDirectory(in: environment)
         if let config {
             try ConfigFile.apply(try ConfigFile.read(path: config), to: &options)
             options.configPath = config
@@ -221,10 +222,25 @@ struct CheckConfig: ParsableCommand {
     func run() throws {
         var settings = try SettingsOptions.parse([])
         settings.config = file
+        let options: DaemonOptions
         do {
-            _ = try settings.resolve()
+            options = try settings.resolve()
         } catch let error as ConfigError {
             fail(error.message)
+        }
+        // The certificate and key are loaded as `serve` loads them: a config that names files
+        // it cannot use does not pass.
+        if let certificate = options.tlsCertificatePath, let key = options.tlsKeyPath {
+            do {
+                _ = try Daemon.makeTLSContext(
+                    certificatePath: certificate,
+                    keyPath: key,
+                    clientCAPath: options.tlsClientCAPath,
+                    closeTimeout: options.tlsCloseTimeout
+                )
+            } catch let error as StartupError {
+                fail(error.message)
+            }
         }
         print("\(file): ok")
     }

@@ -49,6 +49,10 @@ import Glibc
         #expect(fromFile.dataDirectory == defaults.dataDirectory)
         #expect(fromFile.tlsCloseTimeout == defaults.tlsCloseTimeout)
         #expect(fromFile.tokens.isEmpty)
+        // Installed for the unit as it is: the data goes where systemd says.
+        let underSystemd = try SettingsOptions.parse(["--config", Self.example])
+            .resolve(environment: ["STATE_DIRECTORY": "/var/lib/todostream"])
+        #expect(underSystemd.dataDirectory == "/var/lib/todostream")
     }
 
     @Test func everyKeyIsDocumentedInTheExample() throws {
@@ -62,6 +66,7 @@ import Glibc
     @Test func unknownKeysAndBadValuesNameTheKey() {
         #expect(message("limit:\n  max_frame_bytes: 1000\n")?.contains("unknown key limit") == true)
         #expect(message("limits:\n  max_frame_byte: 1000\n")?.contains("unknown key limits.max_frame_byte") == true)
+        #expect(message("limits: 5\n")?.contains("limits must be a section") == true)
         #expect(
             message("limits:\n  max_frame_bytes: 10\n")?.contains("limits.max_frame_bytes is 10, out of range") == true
         )

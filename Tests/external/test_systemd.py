@@ -78,6 +78,13 @@ def test_check_config_accepts_the_example_and_names_what_is_wrong(tmp_path):
     result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
     assert result.returncode != 0
     assert "limits.max_connections" in result.stderr
+    # Files are loaded as `serve` loads them: a certificate that is not there fails the check,
+    # as it would fail the start.
+    missing = tmp_path / "nowhere.pem"
+    bad.write_text(f"listen:\n  tls: 127.0.0.1:0\ntls:\n  cert: {missing}\n  key: {missing}\n")
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0, result.stdout
+    assert "cannot load TLS certificate" in result.stderr and str(missing) in result.stderr, result.stderr
 
 
 def test_a_busy_port_and_an_unwritable_data_dir_are_one_line_errors(daemon, tmp_path):
