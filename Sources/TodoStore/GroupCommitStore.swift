@@ -56,8 +56,47 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         }
     }
 
-    /// Whether the last commit succeeded.
-    public var isHealthy: Bool { healthy }
+    /// Whether storage takes writes: the last commit succeeded. After one failed, each look
+    /// (at most one a second) makes a probe write, so that the store reports healthy again as
+    /// soon as storage takes writes (a disk with room again), without waiting for a client's
+    /// write: a load balancer that took the daemon out of rotation sends it none.
+    public var isHealthy: Bool {
+        get async {
+            guard !healthy, !executing else { return healthy }
+            let now = ContinuousClock.now
+            if let last = lastProbe, now - last < probeInterval { return healthy }
+            lastProbe = now
+            executing = true
+            defer { handOn() }
+            do {
+                try await backend.probe()
+                healthy = true
+            } catch {
+                healthy = false
+            }
+            return healthy
+        }
+    }
+
+    /// The batch (or probe) that ran is done: the next waiting one runs, or none is running.
+    private func handOn() {
+        if waiting.isEmpty {
+            executing = false
+        } else {
+            // Handed straight to the next batch: `executing` stays true.
+            waiting.removeFirst().resume()
+        }
+    }
+
+    /// When the last probe write was made.
+    private var lastProbe: ContinuousClock.Instant?
+    /// Probe writes are this far apart at least.
+    private(set) var probeInterval: Duration = .seconds(1)
+
+    func setProbeInterval(_ interval: Duration) { probeInterval = interval }
+
+    /// The probe write itself (for tests).
+    func probeForTests() async throws { try await backend.probe() }
 
     public var count: Int { todos.count }
 
@@ -71,14 +110,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
             await withCheckedContinuation { waiting.append($0) }
         }
         executing = true
-        defer {
-            if waiting.isEmpty {
-                executing = false
-            } else {
-                // Handed straight to the next batch: `executing` stays true.
-                waiting.removeFirst().resume()
-            }
-        }
+        defer { handOn() }
         let time = now()
         var staged: [UUID: (rowID: Int64, todo: Todo)] = [:]
         var rowID = nextRowID

@@ -78,6 +78,10 @@ final class InMemoryBackend: StorageBackend {
         state.withLockedValue { $0.retained.first?.seq }
     }
 
+    nonisolated(nonsending) func probe() async throws {
+        if state.withLockedValue({ $0.failCommits }) { throw CommitFailed() }
+    }
+
     func close() async {}
 }
 

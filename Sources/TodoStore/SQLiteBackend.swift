@@ -214,6 +214,12 @@ final class SQLiteBackend: StorageBackend {
         )
     }
 
+    /// A write of the probe's time under a key of its own in `meta`, on the store's thread.
+    nonisolated(nonsending) func probe() async throws {
+        assert(thread.isCurrent, "SQLite writes run on the store's thread")
+        try writer.probe(at: Timestamp.now().millisecondsSince1970)
+    }
+
     /// Commits synchronously: the caller is the store, on the store's thread.
     nonisolated(nonsending) func commit(
         _ batch: [CommitRecord],

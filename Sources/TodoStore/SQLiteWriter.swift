@@ -276,6 +276,19 @@ final class SQLiteWriter: @unchecked Sendable {
         try run(statements.moveWatermark)
     }
 
+    /// Stores `now` under `health_probe` in `meta` (read by nothing): a write that needs what
+    /// a commit needs (room on the disk, a writable file), so it fails where a commit would.
+    /// (Writing a value unchanged would not do: SQLite leaves a page it would not change alone.)
+    func probe(at now: Int64) throws {
+        guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        try transaction(statements) {
+            try execute(
+                "INSERT INTO meta (key, value) VALUES ('health_probe', '\(now)') "
+                    + "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+            )
+        }
+    }
+
     /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is
     /// stored.
     private func transaction(_ statements: Statements, _ body: () throws -> Void) throws {

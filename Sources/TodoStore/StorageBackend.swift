@@ -30,5 +30,8 @@ protocol StorageBackend: Sendable {
     nonisolated(nonsending) func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) async throws
     func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry]
     func oldestRetained() async throws -> UInt64?
+    /// A small write that storage must accept, changing nothing the store reads: after a failed
+    /// commit, how the store learns that storage takes writes again. Throws what a commit would.
+    nonisolated(nonsending) func probe() async throws
     func close() async
 }

@@ -121,12 +121,12 @@ final class TestConnection: Sendable {
         try await channel.setOption(.maxMessagesPerRead, value: 1).get()
     }
 
-    /// Reads 1 KiB every 20 ms (about 50 KB/s: a reader, but a slow one) until cancelled or
+    /// Reads 1 KiB every 50 ms (about 20 KB/s: a reader, but a slow one) until cancelled or
     /// closed. The pauses make the client slow; nothing waits on them.
     func trickle() async throws {
         while !Task.isCancelled, channel.isActive {
             channel.read()
-            try await Task.sleep(for: .milliseconds(20))
+            try await Task.sleep(for: .milliseconds(50))
         }
     }
 

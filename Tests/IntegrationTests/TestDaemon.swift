@@ -75,13 +75,15 @@ struct DaemonSetup {
 }
 
 extension DaemonSetup {
-    /// A small outbound bound and a short grace period, for clients cut as slow consumers.
+    /// A small outbound bound and a grace period (1 s) short beside a slow reader's backlog
+    /// (several seconds at `TestConnection.trickle`'s pace) and long beside its pauses (50 ms,
+    /// with room for a busy machine's delays), for clients cut as slow consumers.
     static var slowReaderCut: DaemonSetup {
         .custom({ options in
             roomForAFlood.apply(&options)
             options.relay.maxQueueBytes = 64 << 10
             options.relay.maxQueueFrames = 4096
-            options.relay.slowConsumerGraceMs = 200
+            options.relay.slowConsumerGraceMs = 1000
         })
     }
 }

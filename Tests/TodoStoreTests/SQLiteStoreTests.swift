@@ -327,6 +327,33 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         #expect(retried.seq == 2)
         #expect(await store.isHealthy)
     }
+
+    /// After a failed commit the store is unhealthy until storage takes a write again, which a
+    /// look at its health finds out by itself (a probe write): no client's write is needed.
+    @Test func healthComesBackWithoutAWriteOnceStorageTakesWritesAgain() async throws {
+        let (store, faults) = await GroupCommitStore.inMemory()
+        await store.setProbeInterval(.zero)
+        let saved = try await create(store, "kept")
+        faults.failCommits(true)
+        _ = await store.write(TodoWrite(id: saved.todo.id, expectedVersion: nil, change: .delete))
+        #expect(await store.isHealthy == false)
+        #expect(await store.isHealthy == false, "the probe fails too while storage refuses writes")
+        faults.failCommits(false)
+        #expect(await store.isHealthy)
+        #expect(try await store.readTodos(id: nil).first?.deleted == false, "the probe changed no todo")
+    }
+
+    /// The probe of a SQLite store is a real write: it succeeds on a healthy database and
+    /// leaves the journal and the todos as they were.
+    @Test func aSQLiteProbeWritesNothingTheStoreReads() async throws {
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        _ = try await create(store, "kept")
+        try await store.probeForTests()
+        #expect(try await store.readTodos(id: nil).map(\.title) == ["kept"])
+        #expect(try await store.entries(after: 0, through: 10).map(\.seq) == [1])
+        await store.close()
+    }
 }
 
 @Suite struct SQLiteSchemaTests {
