@@ -22,9 +22,12 @@ extension TodostreamClient {
         try await viewModel(request(.requestDeleteTodoViewModel(TodoReference(id: id))))
     }
 
-    /// Saves `edit` over the stored todo `id` (fields left nil keep their value).
+    /// Saves `edit` over the stored todo `id` (fields left nil keep their value); `not_found`
+    /// when no todo `id` is stored. (The daemon takes a save of an id it does not know as a new
+    /// todo's first save, so the todo is read first: an edit never creates one.)
     public func edit(_ id: UUID, _ edit: TodoEdit) async throws -> TodoDetailViewModel {
-        try await detail(
+        _ = try detail(await request(.requestTodoDetailViewModel(TodoReference(id: id))))
+        return try await detail(
             request(.requestUpdateDetailViewModel(TodoDetailInput(todo: TodoReference(id: id), edit: edit)))
         )
     }

@@ -236,6 +236,23 @@ import TodostreamClient
         }
     }
 
+    /// An edit is of a stored todo: one the daemon does not know is `not_found`, and nothing is
+    /// created (a save of an unknown id would be taken as a new todo's first save).
+    @Test func editingATodoThatIsNotStoredIsNotFoundAndCreatesNothing() async throws {
+        try await withDaemon { daemon in
+            try await withTestClient(try testConfiguration(TestTransport.tcp.url(port: daemon.tcpPort))) { client, _ in
+                let unknown = UUID()
+                for edit in [TodoEdit(title: "ghost"), TodoEdit(subtitle: "x")] {
+                    let error = await #expect(throws: AppError.self) { _ = try await client.edit(unknown, edit) }
+                    #expect(error?.code == .notFound)
+                }
+                #expect(try await client.list().isEmpty)
+                let id = try await client.create(title: "kept").todo.id
+                #expect(try await client.edit(id, TodoEdit(subtitle: "changed")).subtitle == "changed")
+            }
+        }
+    }
+
     @Test func aBadTokenFailsWhatWaitsAndStopsTheClient() async throws {
         try await withDaemon(tokens) { daemon in
             var configuration = try testConfiguration("tcp://127.0.0.1:\(daemon.tcpPort)")
