@@ -55,6 +55,46 @@ struct Lines: AsyncSequence {
     func makeAsyncIterator() -> AsyncIterator { AsyncIterator(source: inbound.makeAsyncIterator()) }
 }
 
+/// Reads the daemon's greeting: fails with a clear line when the other end is not todostreamd,
+/// including one that sends nothing (the connection is closed after `within`).
+func expectHello(
+    _ lines: inout Lines.AsyncIterator,
+    on channel: any Channel,
+    from address: String,
+    within: TimeAmount = .seconds(10)
+) async throws {
+    let giveUp = channel.eventLoop.scheduleTask(in: within) { channel.close(promise: nil) }
+    let hello = try? await lines.next()
+    giveUp.cancel()
+    guard let hello, jsonObject(hello)?["op"] as? String == "hello" else {
+        fail("\(address) did not greet like todostreamd")
+    }
+}
+
+/// Sends `auth` with `token` and reads its answer: fails with a clear line when the token is
+/// refused, or when its role is not `role` (nil: any).
+func authenticate(
+    _ lines: inout Lines.AsyncIterator,
+    _ outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+    token: String,
+    as command: String,
+    role: String? = nil
+) async throws {
+    let id = "\(command)-auth"
+    try await outbound.write(ByteBuffer(string: jsonLine(["op": "auth", "token": token, "id": id]) + "\n"))
+    while let line = try await lines.next() {
+        guard let frame = jsonObject(line), frame["re"] as? String == id else { continue }
+        if let error = frame["error"] as? [String: Any] {
+            fail("\(command) refused: \(error["message"] as? String ?? "error")")
+        }
+        if let role, let given = frame["role"] as? String, given != role {
+            fail("\(command) needs a \(role) token; this one has the \(given) role")
+        }
+        return
+    }
+    fail("\(command): the daemon closed the connection")
+}
+
 func jsonObject(_ line: String) -> [String: Any]? {
     (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
 }
@@ -84,20 +124,18 @@ struct Tap: AsyncParsableCommand {
             throw ValidationError("tap needs a monitor token: --token or $TODOSTREAM_TAP_TOKEN")
         }
         let client = try await LineClient.connect(connect)
+        let channel = client.channel.channel
+        let address = connect
         try await client.channel.executeThenClose { inbound, outbound in
             var lines = Lines(inbound: inbound).makeAsyncIterator()
-            guard let hello = try await lines.next(), jsonObject(hello)?["op"] as? String == "hello" else {
-                fail("\(connect) did not greet like todostreamd")
-            }
-            try await outbound.write(
-                ByteBuffer(string: jsonLine(["op": "auth", "token": token, "id": "tap-auth"]) + "\n")
-            )
+            try await expectHello(&lines, on: channel, from: address)
+            try await authenticate(&lines, outbound, token: token, as: "tap", role: "monitor")
             try await outbound.write(
                 ByteBuffer(string: jsonLine(["op": "subscribe", "types": types, "id": "tap-sub"]) + "\n")
             )
             while let line = try await lines.next() {
                 let frame = jsonObject(line)
-                if let re = frame?["re"] as? String, re == "tap-auth" || re == "tap-sub" {
+                if let re = frame?["re"] as? String, re == "tap-sub" {
                     if let error = frame?["error"] as? [String: Any] {
                         fail("tap refused: \(error["message"] as? String ?? "error")")
                     }
@@ -114,10 +152,12 @@ struct Replay: AsyncParsableCommand {
         abstract:
             "Publish the view requests of a recorded NDJSON file in order, waiting for each answer, and report what differed.",
         discussion: """
-            The file may be a tap recording or a saved nc session. Lines that are not JSON, or \
-            not view requests, are reported with their line numbers and skipped. A recorded \
-            answer (a later line whose re equals the request's id) is compared with the new \
-            one, ignoring times, seqs and sessions.
+            The file may be a tap recording or a saved nc session. Lines that are not JSON, and \
+            requests a view may not publish, are reported with their line numbers and skipped; \
+            answers, broadcasts and the model layer's copies are read as recorded answers. A \
+            recorded answer (a later line whose re equals the request's id; in a tap recording, \
+            the next answer of the request's session) is compared with the new one, ignoring \
+            times, seqs and sessions. Exit status 2 when any answer differed or was refused.
             """
     )
 
@@ -138,7 +178,8 @@ struct Replay: AsyncParsableCommand {
     func run() async throws {
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { fail("cannot read \(file)") }
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        // Recorded answers by the id they answer.
+        // Recorded answers by the id they answer (a saved session), and by the line of the
+        // request they answer (a tap recording, whose copies carry no ids).
         var recorded: [String: [String: Any]] = [:]
         for line in lines {
             guard let frame = jsonObject(line), let re = frame["re"].map({ "\($0)" }), frame["type"] != nil else {
@@ -146,19 +187,17 @@ struct Replay: AsyncParsableCommand {
             }
             if recorded[re] == nil || frame["seq"] == nil { recorded[re] = frame }
         }
+        let tapped = Self.tappedAnswers(lines)
         let client = try await LineClient.connect(connect)
+        let channel = client.channel.channel
+        let address = connect
         var published = 0
         var skipped = 0
         var differences = 0
         try await client.channel.executeThenClose { inbound, outbound in
             var replies = Lines(inbound: inbound).makeAsyncIterator()
-            _ = try await replies.next()
-            if let token {
-                try await outbound.write(
-                    ByteBuffer(string: jsonLine(["op": "auth", "token": token, "id": "replay-auth"]) + "\n")
-                )
-                _ = try await replies.next()
-            }
+            try await expectHello(&replies, on: channel, from: address)
+            if let token { try await authenticate(&replies, outbound, token: token, as: "replay") }
             for (index, line) in lines.enumerated() {
                 let number = index + 1
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
@@ -197,7 +236,8 @@ struct Replay: AsyncParsableCommand {
                     }
                 }
                 // A fresh todo is new by nature (its id is made up each time): nothing to compare.
-                if type != "RequestNewTodoDetailViewModel", let originalID, let before = recorded[originalID],
+                if type != "RequestNewTodoDetailViewModel",
+                    let before = originalID.flatMap({ recorded[$0] }) ?? tapped[index],
                     let after = answer,
                     jsonLine(Self.normalized(before)) != jsonLine(Self.normalized(after))
                 {
@@ -210,6 +250,37 @@ struct Replay: AsyncParsableCommand {
         }
         report("replayed \(published) requests from \(file); \(skipped) lines skipped; \(differences) differences")
         if differences > 0 { throw ExitCode(2) }
+    }
+
+    static let viewResponses: Set<String> = [
+        "ResponseTodoViewModels", "ResponseTodoViewModel", "ResponseTodoDetailViewModel",
+        "ResponseUpdateDetailViewModel",
+    ]
+
+    /// In a tap recording, the answer to each request, by the request's line: a monitor gets a
+    /// copy of every request and reply with the `session` that caused it, and a session's
+    /// replies come in the order of its requests. A save's second copy (its broadcast) is still
+    /// its own.
+    static func tappedAnswers(_ lines: [String]) -> [Int: [String: Any]] {
+        var answers: [Int: [String: Any]] = [:]
+        // Per session, its requests not answered in full yet, oldest first.
+        var waiting: [String: [(line: Int, type: String)]] = [:]
+        for (index, line) in lines.enumerated() {
+            guard let frame = jsonObject(line), frame["id"] == nil, frame["re"] == nil,
+                let session = frame["session"] as? String, let type = frame["type"] as? String
+            else { continue }
+            if viewRequests.contains(type) {
+                waiting[session, default: []].append((index, type))
+                continue
+            }
+            guard viewResponses.contains(type), let oldest = waiting[session]?.first else { continue }
+            let first = answers[oldest.line] == nil
+            if first { answers[oldest.line] = frame }
+            let awaitsItsBroadcast =
+                first && oldest.type == "RequestUpdateDetailViewModel" && frame["error"] == nil
+            if !awaitsItsBroadcast { waiting[session]?.removeFirst() }
+        }
+        return answers
     }
 
     func report(_ text: String) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import select
+import socket
 import subprocess
 
 import pytest
@@ -93,3 +94,82 @@ def test_replaying_a_recorded_session_yields_the_same_todos(daemon_factory, tmp_
 
     assert todos(fresh_daemon.tcp_port) == todos(original.tcp_port)
     assert len(todos(original.tcp_port)) == 2
+
+
+@pytest.mark.daemon_args("--token", "view:view-token-123", "--monitor-token", "tap-token-123")
+def test_tap_with_a_view_token_fails_clearly(daemon):
+    result = subprocess.run([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}",
+                             "--token", "view-token-123"], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "tap needs a monitor token; this one has the view role" in result.stderr, result.stderr
+
+
+def test_tap_and_replay_give_up_on_a_server_that_never_greets(tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    port = silent.getsockname()[1]
+    recording = tmp_path / "empty.ndjson"
+    recording.write_text("")
+    try:
+        for command in (["tap", "--token", "x" * 12], ["replay", str(recording)]):
+            result = subprocess.run([daemon_binary(), *command, "--connect", f"127.0.0.1:{port}"],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode != 0
+            assert "did not greet like todostreamd" in result.stderr, result.stderr
+    finally:
+        silent.close()
+
+
+def test_replay_with_a_refused_token_fails_clearly(daemon, tmp_path):
+    recording = tmp_path / "one.ndjson"
+    recording.write_text(json.dumps({"type": "RequestTodoViewModels", "id": "l"}) + "\n")
+    result = subprocess.run([daemon_binary(), "replay", str(recording), "--connect", f"127.0.0.1:{daemon.tcp_port}",
+                             "--token", "not-a-token"], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "replay refused" in result.stderr, result.stderr
+
+
+@pytest.mark.daemon_args("--monitor-token", "tap-token-123")
+def test_a_tap_recording_replays_and_its_answers_are_compared(daemon, daemon_factory, tmp_path):
+    """A tap recording holds copies with `session` and no ids: each request is paired with the
+    next answers of its session. Into a fresh daemon it replays with no difference; into the
+    same daemon again, the save of an already saved todo is a conflict, and that is reported."""
+    tap = subprocess.Popen([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}",
+                            "--token", "tap-token-123"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        sock, reader, _ = line_client(daemon.tcp_port)
+        # The tap's subscription shows only through what it prints: wait for a ping's effect.
+        attempt = 0
+        while not lines:
+            assert attempt < 50, "the tap printed nothing"
+            create_todo(sock, reader, f"warm-up {attempt}", f"w{attempt}")
+            attempt += 1
+            while select.select([tap.stdout], [], [], 0.2)[0]:
+                lines.append(tap.stdout.readline())
+        saved = create_todo(sock, reader, "recorded", "r")
+        send(sock, {"type": "RequestToggleCompleteTodoViewModel", "id": "t",
+                    "payload": {"todo": {"id": saved["payload"]["todo"]["id"]}}})
+        read_until(reader, lambda f: f.get("re") == "t")
+        while not any('"RequestToggleCompleteTodoViewModel"' in line for line in lines) or \
+                select.select([tap.stdout], [], [], 0.5)[0]:
+            lines.append(tap.stdout.readline())
+    finally:
+        tap.kill()
+        tap.wait()
+    # From the recorded todo's creation on.
+    start = next(i for i, line in enumerate(lines) if '"recorded"' in line and "RequestUpdateDetailViewModel" in line)
+    start = max(i for i in range(start) if "RequestNewTodoDetailViewModel" in lines[i])
+    path = tmp_path / "tap.ndjson"
+    path.write_text("".join(lines[start:]))
+
+    fresh = daemon_factory("--storage", "memory")
+    first = subprocess.run([daemon_binary(), "replay", str(path), "--connect", f"127.0.0.1:{fresh.tcp_port}"],
+                           capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "replayed 3 requests" in first.stderr and "0 differences" in first.stderr, first.stderr
+    again = subprocess.run([daemon_binary(), "replay", str(path), "--connect", f"127.0.0.1:{fresh.tcp_port}"],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2, again.stderr
+    assert "RequestUpdateDetailViewModel answered differently" in again.stderr, again.stderr
