@@ -37,8 +37,18 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: "PEM file of the client certificate's key.")
     var key: String?
 
-    @Option(help: "Seconds to wait for an answer, reconnects included.")
+    @Option(help: "Seconds to wait for an answer, reconnects included (more than 0).")
     var timeout: Double = 10
+
+    func validate() throws {
+        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a number of seconds above 0.") }
+        for (option, path) in [("--ca-file", caFile), ("--cert", cert), ("--key", key)] {
+            if let path, !FileManager.default.isReadableFile(atPath: path) {
+                throw ValidationError("\(option): cannot read \(path).")
+            }
+        }
+        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together.") }
+    }
 
     func makeClient() throws -> TodostreamClient {
         do {

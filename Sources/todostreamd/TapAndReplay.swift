@@ -21,8 +21,17 @@ struct LineClient {
                 }
             return LineClient(channel: channel)
         } catch {
-            fail("cannot connect to \(address): \(error)")
+            fail("cannot connect to \(address): \(reason(error))")
         }
+    }
+
+    /// What went wrong, in the system's words (`connection refused`), not NIO's types.
+    static func reason(_ error: any Error) -> String {
+        if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
+            return reason(first.error)
+        }
+        if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
+        return "\(error)"
     }
 }
 

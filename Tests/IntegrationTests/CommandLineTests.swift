@@ -50,6 +50,13 @@ import TodostreamClient
             #expect(await exitCode(["toggle", "not-an-id", "--url", url]) == 64)
             #expect(await exitCode(["edit", id, "--url", url]) == 64)
             #expect(await exitCode(["add", "x", "--priority", "urgent", "--url", url]) == 64)
+            #expect(await exitCode(["list", "--timeout", "0", "--url", url]) == 64)
+            #expect(await exitCode(["list", "--ca-file", "/nowhere/ca.pem", "--url", url]) == 64)
+            #expect(await exitCode(["list", "--cert", "/nowhere/cert.pem", "--url", url]) == 64)
+            // An edit of a todo that is not stored is the app's refusal (not_found), and
+            // creates nothing.
+            #expect(await exitCode(["edit", UUID().uuidString, "--title", "ghost", "--url", url]) == 1)
+            #expect(try await daemonList(daemon).isEmpty)
             // A listener that accepts and closes at once: never a greeting, so no answer.
             let proxy = try await CutProxy.start(to: daemon.tcpPort)
             proxy.refuse(true)

@@ -173,3 +173,14 @@ def test_a_tap_recording_replays_and_its_answers_are_compared(daemon, daemon_fac
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2, again.stderr
     assert "RequestUpdateDetailViewModel answered differently" in again.stderr, again.stderr
+
+
+def test_tap_on_a_closed_port_says_so_in_one_line():
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    result = subprocess.run([daemon_binary(), "tap", "--connect", f"127.0.0.1:{port}", "--token", "x" * 12],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"todostreamd: cannot connect to 127.0.0.1:{port}: connection refused", result.stderr
