@@ -41,7 +41,9 @@ struct ConnectionOptions: ParsableArguments {
     var timeout: Double = 10
 
     func validate() throws {
-        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a number of seconds above 0.") }
+        guard timeout > 0, timeout.isFinite else {
+            throw ValidationError("--timeout must be a number of seconds above 0.")
+        }
         for (option, path) in [("--ca-file", caFile), ("--cert", cert), ("--key", key)] {
             if let path, !FileManager.default.isReadableFile(atPath: path) {
                 throw ValidationError("\(option): cannot read \(path).")
