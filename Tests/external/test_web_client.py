@@ -151,9 +151,13 @@ def test_a_conflicting_offline_save_is_rolled_back_with_the_daemons_message(page
         field = page.find('[data-testid="detail-title"]')
         field.clear()
         field.send_keys(title)
+        if page is a:
+            page.find('input[name="priority"][value="high"]').click()
         page.find('[data-testid="detail-save"]').click()
         page.until(lambda p: not p.editor_open(), "the editor to close (the save waits in the outbox)")
-        page.wait_item(title, "to be shown at once")
+        # The row takes the whole edit at once: its title, and its priority (the row's subtitle).
+        shown_priority = "Priority: HIGH" if page is a else "Priority: NORMAL"
+        page.wait_item(title, "to be shown at once", subtitle=shown_priority)
         page.until(lambda p: [(row["title"], row["kind"]) for row in pending(p)] == [(title, "save")], "a pending save")
         wait_waiting(page, 1)
 

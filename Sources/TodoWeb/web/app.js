@@ -665,9 +665,22 @@ function saveEditor(overrides) {
   payload.todo.version = entry ? expectedVersion(entry, editor.detail) : versionOf(editor.detail);
   const deleting = payload.deleted && !editor.detail.deleted;
   const shownTitle = payload.title.trim();
+  // The row as the save will leave it: title, completion and priority (the row's subtitle is
+  // its priority, as the view model words it).
   const patch = deleting
     ? (vm) => vm
-    : (vm) => ({ ...vm, title: shownTitle || vm.title, complete: !!payload.completed });
+    : (vm) => {
+        const priority = payload.priority ?? vm.todo.priority;
+        const complete = !!payload.completed;
+        return {
+          ...vm,
+          title: shownTitle || vm.title,
+          subtitle: `Priority: ${priority === "high" ? "HIGH" : "NORMAL"}`,
+          complete,
+          completeActionTitle: complete ? "Uncomplete" : "Complete",
+          todo: { ...vm.todo, title: shownTitle || vm.todo.title, priority },
+        };
+      };
   const write = queueWrite(editor.id, deleting ? "delete" : "save", { type: "RequestUpdateDetailViewModel", payload }, patch, {
     editorSerial: serial,
   });
