@@ -146,7 +146,25 @@ func describe(_ viewModel: TodoViewModel) -> String {
     let mark = viewModel.complete ? "[x]" : "[ ]"
     let priority = viewModel.todo.priority == .high ? " !" : ""
     let deleted = viewModel.deleted ? " (deleted)" : ""
-    return "\(mark) \(viewModel.todo.id.uuidString.lowercased())  \(viewModel.title)\(priority)\(deleted)"
+    return "\(mark) \(viewModel.todo.id.uuidString.lowercased())  \(oneLine(viewModel.title))\(priority)\(deleted)"
+}
+
+/// `text` on one line: a todo a line, whatever its title holds (line breaks and other control
+/// characters are shown escaped, as in JSON).
+func oneLine(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else { return text }
+    var out = ""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+            out += String(format: "\\u%04x", scalar.value)
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out
 }
 
 /// `--priority high|normal`.

@@ -23,6 +23,13 @@ import TodostreamClient
         }
     }
 
+    /// A todo a line: line breaks and control characters in a title are shown escaped.
+    @Test func aTitleIsShownOnOneLine() {
+        #expect(oneLine("plain title") == "plain title")
+        #expect(oneLine("two\nlines\r\tand\u{1}") == "two\\nlines\\r\\tand\\u0001")
+        #expect(oneLine("caf\u{E9} \u{1F600}") == "caf\u{E9} \u{1F600}")
+    }
+
     @Test func commandsChangeTheListAndFailuresHaveTheirExitCodes() async throws {
         try await withDaemon { daemon in
             let url = "tcp://127.0.0.1:\(daemon.tcpPort)"
