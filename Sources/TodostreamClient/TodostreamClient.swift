@@ -33,6 +33,9 @@ public actor TodostreamClient {
     private var finished = false
     /// Why the client stopped, when the daemon stopped it (a refused token).
     private var stopReason: ClientError?
+    /// Why the last connection attempt failed, in a person's words (nil once one succeeded):
+    /// said with a request that times out before any connection worked.
+    private var connectionProblem: String?
 
     private struct Pending {
         let expected: Event.Kind
@@ -105,6 +108,7 @@ public actor TodostreamClient {
             connection = try await connector.connect()
         } catch {
             logger.debug("connect failed", metadata: ["error": "\(error)"])
+            connectionProblem = Self.problem(error)
             return
         }
         guard !machine.isClosed else {
@@ -127,6 +131,7 @@ public actor TodostreamClient {
             }
         } catch {
             logger.debug("connection lost", metadata: ["error": "\(error)"])
+            if !machine.isReady { connectionProblem = Self.problem(error) }
         }
         channel = nil
         outbox.connectionLost()
@@ -200,10 +205,29 @@ public actor TodostreamClient {
         outbox.remove(id: id)
         guard let entry = pending.removeValue(forKey: id) else { return }
         let write = entry.expected == .responseTodoViewModel || entry.expected == .responseUpdateDetailViewModel
+        let reason = machine.isReady ? nil : connectionProblem
         let message =
-            "No answer within \(configuration.requestTimeout) (is the daemon reachable?)"
+            "No answer within \(configuration.requestTimeout)"
+            + (reason.map { "; the last connection attempt failed: \($0)" } ?? " (is the daemon reachable?)")
             + (write ? "; the write may have been applied." : ".")
         entry.continuation?.resume(throwing: ClientError(.timeout, message))
+    }
+
+    /// A failed connection attempt in a person's words.
+    static func problem(_ error: any Error) -> String {
+        let text = "\(error)"
+        if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("certificate verify failed") {
+            return "the daemon's certificate is not trusted (see --ca-file)"
+        }
+        if text.contains("WRONG_VERSION_NUMBER") || text.contains("wrong version number") {
+            return "the daemon does not speak TLS there"
+        }
+        if error is Connector.UpgradeRefused { return "the daemon refused the WebSocket upgrade (its path is /events)" }
+        if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
+            return problem(first.error)
+        }
+        if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
+        return text
     }
 
     private func write(_ bytes: [UInt8]) {

@@ -343,6 +343,9 @@ import TodostreamClient
                     Issue.record("an untrusted daemon answered")
                 } catch let error as ClientError {
                     #expect(error.code == .timeout)
+                    // And says why, not only that nothing came.
+                    let why = "the last connection attempt failed: the daemon's certificate is not trusted"
+                    #expect(error.message.contains(why), "\(error.message)")
                 }
             }
         }
