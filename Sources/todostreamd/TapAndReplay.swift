@@ -152,6 +152,7 @@ struct Tap: AsyncParsableCommand {
                 }
                 FileHandle.standardOutput.write(Data((line + "\n").utf8))
             }
+            FileHandle.standardError.write(Data("tap: the daemon closed the connection\n".utf8))
         }
     }
 }
@@ -217,7 +218,10 @@ struct Replay: AsyncParsableCommand {
                 }
                 guard let type = frame["type"] as? String, type.hasPrefix("Request") else { continue }
                 guard Self.viewRequests.contains(type) else {
-                    if frame["session"] == nil { report("line \(number): \(type) is not a view request; skipped") }
+                    if frame["session"] == nil {
+                        report("line \(number): \(type) is not a view request; skipped")
+                        skipped += 1
+                    }
                     continue
                 }
                 let originalID = frame["id"].map { "\($0)" }
