@@ -18,6 +18,9 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     typealias OutboundOut = WebSocketFrame
 
     private let maxFrameBytes: Int
+    /// What a message may hold while it arrives: `maxFrameBytes` and a trailing `\r\n`, which
+    /// is tolerated and not counted, as on TCP where the line's end is not part of the frame.
+    private var keptBytes: Int { maxFrameBytes + 2 }
     private let hardCap: Int
     private var message: ByteBuffer?
     private var messageOpcode: WebSocketOpcode = .text
@@ -91,7 +94,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
                 // copied again into a buffer of its own.
                 messageBytes = frame.length
                 if messageBytes > hardCap { return fail(context, .messageTooLarge) }
-                messageOversized = messageBytes > maxFrameBytes
+                messageOversized = messageBytes > keptBytes
                 return finish(context, messageOversized ? ByteBuffer() : frame.unmaskedData)
             }
             message = context.channel.allocator.buffer(capacity: frame.length)
@@ -107,7 +110,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private func append(_ context: ChannelHandlerContext, _ frame: WebSocketFrame) {
         messageBytes += frame.length
         if messageBytes > hardCap { return fail(context, .messageTooLarge) }
-        if messageBytes > maxFrameBytes {
+        if messageBytes > keptBytes {
             // Keep counting toward the hard cap, but keep none of it.
             messageOversized = true
             message?.clear()
@@ -130,17 +133,27 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             return context.fireChannelRead(wrapInboundOut(.tooLarge))
         }
         if messageCompressed, let codec {
-            switch codec.inflate(complete, maxBytes: maxFrameBytes, allocator: context.channel.allocator) {
+            switch codec.inflate(complete, maxBytes: keptBytes, allocator: context.channel.allocator) {
             case .success(let inflated): complete = inflated
             case .failure(.tooLarge): return context.fireChannelRead(wrapInboundOut(.tooLarge))
             case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
             }
         }
-        if !isValidUTF8(complete) {
+        if Self.lengthWithoutLineEnd(complete) > maxFrameBytes {
+            context.fireChannelRead(wrapInboundOut(.tooLarge))
+        } else if !isValidUTF8(complete) {
             fail(context, .dataInconsistentWithMessage)
         } else {
             context.fireChannelRead(wrapInboundOut(.frame(complete)))
         }
+    }
+
+    /// A message's length without a trailing `\n` or `\r\n`.
+    static func lengthWithoutLineEnd(_ message: ByteBuffer) -> Int {
+        let bytes = message.readableBytesView
+        guard bytes.last == UInt8(ascii: "\n") else { return bytes.count }
+        let rest = bytes.dropLast()
+        return rest.last == UInt8(ascii: "\r") ? rest.count - 1 : rest.count
     }
 
     private func receivedClose(_ context: ChannelHandlerContext, _ frame: WebSocketFrame) {

@@ -270,6 +270,33 @@ struct RawWebSocket {
         }
     }
 
+    /// The limit counts a message as TCP counts a line: a trailing `\n` (or `\r\n`) is not part
+    /// of the frame, whether the message comes in one frame or several.
+    @Test func aTrailingLineEndIsNotCountedAgainstTheLimit() async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1024 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            func ping(_ id: String, length: Int) -> [UInt8] {
+                let frame = #"{"op":"ping","id":"\#(id)"}"#
+                return Array((String(repeating: " ", count: length - frame.utf8.count) + frame).utf8)
+            }
+            try await ws.send(opcode: 0x1, ping("exact", length: 1024) + [0x0A])
+            #expect(try await ws.receiveJSON()["re"] as? String == "exact")
+            try await ws.send(opcode: 0x1, ping("crlf", length: 1024) + [0x0D, 0x0A])
+            #expect(try await ws.receiveJSON()["re"] as? String == "crlf")
+            let split = ping("split", length: 1024) + [0x0A]
+            try await ws.send(opcode: 0x1, Array(split[..<1000]), fin: false)
+            try await ws.send(opcode: 0x0, Array(split[1000...]))
+            #expect(try await ws.receiveJSON()["re"] as? String == "split")
+            try await ws.send(opcode: 0x1, ping("over", length: 1025) + [0x0A])
+            #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+            try await ws.send(opcode: 0x1, ping("spaces", length: 1024) + [0x20, 0x0A])
+            #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+            try await ws.send(opcode: 0x1, ping("after", length: 1024))
+            #expect(try await ws.receiveJSON()["re"] as? String == "after")
+        }
+    }
+
     @Test(arguments: [
         ("unmasked", 1002), ("invalid UTF-8", 1007), ("continuation first", 1002), ("reserved bits", 1002),
         ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009), ("close reason not UTF-8", 1007),
