@@ -14,4 +14,8 @@ public enum ClientEvent: Sendable, Hashable {
     case connected(resumed: Bool)
     /// The connection was lost; the client reconnects by itself.
     case disconnected
+    /// A connection attempt failed before the connection was ready (`reason` in a person's
+    /// words: refused, the certificate not trusted, no TLS there, …); the client tries again by
+    /// itself, after its backoff.
+    case unreachable(reason: String)
 }

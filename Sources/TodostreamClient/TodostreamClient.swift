@@ -108,7 +108,7 @@ public actor TodostreamClient {
             connection = try await connector.connect()
         } catch {
             logger.debug("connect failed", metadata: ["error": "\(error)"])
-            connectionProblem = Self.problem(error)
+            failedToConnect(error)
             return
         }
         guard !machine.isClosed else {
@@ -131,7 +131,7 @@ public actor TodostreamClient {
             }
         } catch {
             logger.debug("connection lost", metadata: ["error": "\(error)"])
-            if !machine.isReady { connectionProblem = Self.problem(error) }
+            if !machine.isReady { failedToConnect(error) }
         }
         channel = nil
         outbox.connectionLost()
@@ -211,6 +211,12 @@ public actor TodostreamClient {
             + (reason.map { "; the last connection attempt failed: \($0)" } ?? " (is the daemon reachable?)")
             + (write ? "; the write may have been applied." : ".")
         entry.continuation?.resume(throwing: ClientError(.timeout, message))
+    }
+
+    private func failedToConnect(_ error: any Error) {
+        let problem = Self.problem(error)
+        connectionProblem = problem
+        if !machine.isClosed, !finished { emit(.unreachable(reason: problem)) }
     }
 
     /// A failed connection attempt in a person's words.

@@ -97,7 +97,15 @@ struct Watch: AsyncParsableCommand {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await client.run() }
                 group.addTask {
+                    // A daemon that stays unreachable is said once per reason, not per attempt.
+                    var unreachable: String?
                     for await event in client.events {
+                        if case .unreachable(let reason) = event {
+                            if reason == unreachable { continue }
+                            unreachable = reason
+                        } else if case .connected = event {
+                            unreachable = nil
+                        }
                         await Watch.show(event, json: json, client: client)
                     }
                 }
@@ -120,6 +128,9 @@ struct Watch: AsyncParsableCommand {
             try? await client.send(.requestTodoViewModels)
         case .disconnected:
             output(json ? #"{"event":"disconnected"}"# : "-- disconnected; reconnecting")
+        case .unreachable(let reason):
+            let text = "-- cannot connect: \(reason); retrying"
+            output(json ? jsonLine(["event": "unreachable", "reason": reason]) : text)
         case .event(.responseTodoViewModels(.success(let rows)), _):
             if json {
                 for row in rows { output(line(row, seq: nil, kind: "row")) }
@@ -146,6 +157,10 @@ struct Watch: AsyncParsableCommand {
             "version": row.todo.version,
         ]
         if let seq { object["seq"] = seq }
+        return jsonLine(object)
+    }
+
+    private static func jsonLine(_ object: [String: Any]) -> String {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
             return "{}"
         }

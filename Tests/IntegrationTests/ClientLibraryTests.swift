@@ -337,7 +337,7 @@ import TodostreamClient
             // Without the CA the handshake fails and nothing is answered.
             var untrusting = try testConfiguration(url)
             untrusting.requestTimeout = .milliseconds(300)
-            try await withTestClient(untrusting) { client, _ in
+            try await withTestClient(untrusting) { client, log in
                 do {
                     _ = try await client.list()
                     Issue.record("an untrusted daemon answered")
@@ -347,6 +347,11 @@ import TodostreamClient
                     let why = "the last connection attempt failed: the daemon's certificate is not trusted"
                     #expect(error.message.contains(why), "\(error.message)")
                 }
+                // Each failed attempt is an event, with the same reason.
+                try await log.wait(for: "the failed attempts") { events, _ in
+                    events.contains(.unreachable(reason: "the daemon's certificate is not trusted (see --ca-file)"))
+                }
+                #expect(await log.number { $0 == .connected(resumed: false) } == 0)
             }
         }
     }
