@@ -131,16 +131,19 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     Array("This Origin may not open /events (see websocket.allowed_origins).\n".utf8)
                 )
             }
+            if case .malformed(let reason) = WebSocketHandshake.problem(head) {
+                return respond(context, head, .badRequest, "text/plain; charset=utf-8", Array((reason + "\n").utf8))
+            }
             return respond(
                 context,
                 head,
                 .upgradeRequired,
                 "text/plain; charset=utf-8",
                 Array(
-                    "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket).\n"
+                    "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket, Sec-WebSocket-Version: 13).\n"
                         .utf8
                 ),
-                extra: [("Upgrade", "websocket")]
+                extra: [("Upgrade", "websocket"), ("Sec-WebSocket-Version", WebSocketHandshake.version)]
             )
         }
         if let asset = assets[path == "/" ? "/index.html" : path] {

@@ -354,7 +354,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
                 // RFC 6455 §4.1: the opening handshake is a GET (anything else is answered by
                 // the HTTP handler: 405).
-                guard head.method == .GET, path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins)
+                guard head.method == .GET, path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins),
+                    WebSocketHandshake.problem(head) == nil
                 else {
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }

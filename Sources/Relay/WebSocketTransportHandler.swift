@@ -174,7 +174,9 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
 
     static func isValidCloseCode(_ code: UInt16) -> Bool {
         switch code {
-        case 1000...1003, 1007...1011, 3000...4999: return true
+        // 1012–1014 are registered with IANA since RFC 6455 (restart, try again later, bad
+        // gateway); clients such as Python's websockets send them.
+        case 1000...1003, 1007...1014, 3000...4999: return true
         default: return false
         }
     }

@@ -226,7 +226,7 @@ struct RawWebSocket {
                 try await writer.send([
                     "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
                 ])
-                if index % 100 == 99 {
+                if index % 25 == 24 {  // its own backlog stays far under the bound
                     _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
                 }
             }
@@ -393,6 +393,51 @@ struct RawWebSocket {
             let answer = String(decoding: try await garbled.waitForClose(), as: UTF8.self)
             #expect(answer.hasPrefix("HTTP/1.1 400 "))
             #expect(answer.lowercased().contains("connection: close"))
+        }
+    }
+
+    /// RFC 6455 §4.2: a handshake the daemon does not accept is answered, never upgraded: an
+    /// unknown version is 426 naming the one it speaks, a malformed handshake 400 saying why.
+    @Test(arguments: [
+        ("version 8", "Sec-WebSocket-Version: 8", 426),
+        ("no version", "", 426),
+        ("short key", "Sec-WebSocket-Key: abc", 400),
+        ("20-byte key", "Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAAAAAAA=", 400),
+        ("no Connection", "-Connection", 400),
+        ("no Host", "-Host", 400),
+        ("HTTP/1.0", "-HTTP/1.1", 400),
+        ("valid", "", 101),
+    ])
+    func handshakesThatRFC6455RefusesAreAnswered(_ name: String, _ change: String, _ expected: Int) async throws {
+        try await withDaemon { daemon in
+            var lines = [
+                "GET /events HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
+            ]
+            if name == "no version" { lines.removeAll { $0.hasPrefix("Sec-WebSocket-Version") } }
+            if change.hasPrefix("Sec-WebSocket-") {
+                let field = change.prefix { $0 != ":" }
+                lines = lines.map { $0.hasPrefix(field + ":") ? change : $0 }
+            }
+            if change == "-Connection" { lines.removeAll { $0.hasPrefix("Connection:") } }
+            if change == "-Host" { lines.removeAll { $0.hasPrefix("Host:") } }
+            if change == "-HTTP/1.1" { lines[0] = "GET /events HTTP/1.0" }
+            let connection = try await TestConnection.connect(port: daemon.httpPort)
+            try await connection.send(lines.joined(separator: "\r\n") + "\r\n\r\n")
+            let head = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+            #expect(head.contains(" \(expected) "), "\(name): \(head)")
+            if expected == 426 { #expect(head.contains("Sec-WebSocket-Version: 13"), "\(head)") }
+        }
+    }
+
+    /// Close codes registered after RFC 6455 (1012–1014) are echoed like any valid one.
+    @Test(arguments: [1012, 1013, 1014, 3000, 4999])
+    func aRegisteredCloseCodeIsEchoed(_ code: Int) async throws {
+        try await withDaemon { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            try await ws.send(opcode: 0x8, [UInt8(code >> 8), UInt8(code & 0xFF)])
+            #expect(try await ws.receiveClose() == code)
         }
     }
 
