@@ -28,6 +28,12 @@ struct ClientFrame: Decodable, Equatable {
     var id: FrameField<CorrelationID> = .absent
     /// The client's mutation id: a string of 1–64 characters.
     var mid: FrameField<String> = .absent
+
+    /// An `id` or `mid` string: 1–64 characters, counted as Unicode scalar values (as a title's
+    /// length is, and as most languages count a string), not as grapheme clusters.
+    static func isIdentifier(_ text: String) -> Bool {
+        (1...64).contains(text.unicodeScalars.count)
+    }
     var types: FrameField<[String]> = .absent
     var token: FrameField<String> = .absent
     var epoch: FrameField<String> = .absent
@@ -59,7 +65,7 @@ struct ClientFrame: Decodable, Equatable {
         if container.contains(idKey) {
             if let number = try? container.decode(Int64.self, forKey: idKey) {
                 id = .value(.integer(number))
-            } else if let text = try? container.decode(String.self, forKey: idKey), (1...64).contains(text.count) {
+            } else if let text = try? container.decode(String.self, forKey: idKey), Self.isIdentifier(text) {
                 id = .value(.string(text))
             } else {
                 id = .invalid
@@ -67,7 +73,7 @@ struct ClientFrame: Decodable, Equatable {
         }
         let midKey = Key(stringValue: "mid")
         if container.contains(midKey) {
-            if let text = try? container.decode(String.self, forKey: midKey), (1...64).contains(text.count) {
+            if let text = try? container.decode(String.self, forKey: midKey), Self.isIdentifier(text) {
                 mid = .value(text)
             } else {
                 mid = .invalid
@@ -121,11 +127,11 @@ struct ClientFrame: Decodable, Equatable {
         id = Self.field(root["id"]) { value in
             switch value {
             case .integer(let number): return .integer(number)
-            case .string(let text) where (1...64).contains(text.count): return .string(text)
+            case .string(let text) where Self.isIdentifier(text): return .string(text)
             default: return nil
             }
         }
-        mid = Self.field(root["mid"]) { value in value.string.flatMap { (1...64).contains($0.count) ? $0 : nil } }
+        mid = Self.field(root["mid"]) { value in value.string.flatMap { Self.isIdentifier($0) ? $0 : nil } }
     }
 
     private static func field<T>(_ value: JSONValue?, _ read: (JSONValue) -> T?) -> FrameField<T> {

@@ -9,7 +9,7 @@ import Testing
 @Suite struct ClientFrameTests {
     private static let long = String(repeating: "x", count: 64)
     /// 64 characters of two scalars each (e + U+0301).
-    private static let accented = String(repeating: "e\u{301}", count: 64)
+    private static let accented = String(repeating: "\u{E9}", count: 64)
 
     /// Frames the fast parser reads itself.
     static let plainFrames = [
@@ -116,6 +116,31 @@ import Testing
         #expect(negative.after == .invalid)
         #expect(negative.id == .value(.integer(-3)))
         #expect(negative.mid == .invalid)
+    }
+
+    /// 1–64 characters, counted as Unicode scalars: one grapheme of 65 scalars is too long, 64
+    /// emoji (each one scalar, four bytes) are not. Both parsers agree.
+    @Test func identifiersAreCountedInUnicodeScalars() throws {
+        let combined = "a" + String(repeating: "\u{301}", count: 64)
+        let emoji = String(repeating: "\u{1F600}", count: 64)
+        for escaped in [false, true] {
+            func frame(_ value: String) throws -> ClientFrame {
+                let text = escaped ? value.utf16.map { String(format: "\\u%04x", $0) }.joined() : value
+                let json = #"{"op":"ping","id":"\#(text)","mid":"\#(text)"}"#
+                let bytes = Array(json.utf8)
+                #expect(ClientFrame.parse(bytes)?.frame == ClientFrame.decoded(from: bytes))
+                return try #require(ClientFrame.parse(bytes)?.frame)
+            }
+            #expect(try frame(combined).id == .invalid)
+            #expect(try frame(combined).mid == .invalid)
+            #expect(
+                try frame(String(combined.unicodeScalars.dropLast())).id
+                    == .value(.string(String(combined.unicodeScalars.dropLast())))
+            )
+            #expect(try frame(emoji).id == .value(.string(emoji)))
+            #expect(try frame(emoji).mid == .value(emoji))
+            #expect(try frame(emoji + "x").id == .invalid)
+        }
     }
 }
 
