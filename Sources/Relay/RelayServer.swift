@@ -381,7 +381,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             hardCap: configuration.webSocketHardCapBytes,
                             deflate: deflate,
                             codec: deflate == nil ? nil : deflateCodecs.codec(on: channel.eventLoop),
-                            compressMinBytes: configuration.webSocketCompressMinBytes
+                            compressMinBytes: configuration.webSocketCompressMinBytes,
+                            closeTimeout: .milliseconds(Int64(configuration.drainTimeoutMs))
                         )
                     )
                     try sync.addHandler(

@@ -27,7 +27,25 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private var messageBytes = 0
     private var messageOversized = false
     private var messageCompressed = false
-    private var closeSent = false
+    private var closing = Closing.open
+    /// How long the answers to what the client sent before its close frame may take before the
+    /// close is echoed all the same (`drain_timeout_ms`).
+    private let closeTimeout: TimeAmount
+
+    /// The close handshake: frames are read while `open`; once the client's close frame has
+    /// arrived (`received`, its code to echo) the session answers what came before it and closes,
+    /// and the echo goes out behind those answers; once a close frame is `sent`, nothing is
+    /// written after it.
+    private enum Closing {
+        case open
+        case received(WebSocketErrorCode)
+        case sent
+    }
+
+    private var closeSent: Bool {
+        if case .sent = closing { return true }
+        return false
+    }
     private let deflate: PerMessageDeflate?
     private let codec: DeflateCodec?
     private let compressMinBytes: Int
@@ -40,8 +58,10 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         hardCap: Int,
         deflate: PerMessageDeflate? = nil,
         codec: DeflateCodec? = nil,
-        compressMinBytes: Int = 1024
+        compressMinBytes: Int = 1024,
+        closeTimeout: TimeAmount = .seconds(5)
     ) {
+        self.closeTimeout = closeTimeout
         self.maxFrameBytes = maxFrameBytes
         self.hardCap = hardCap
         self.deflate = codec == nil ? nil : deflate
@@ -62,7 +82,8 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         // A frame decoded after NIO closed the socket (the decoder's leftovers): the session
         // must not write to that socket any more (`SessionHandler`).
         if !context.channel.isActive { context.fireUserInboundEventTriggered(LeaveSocket()) }
-        guard !closeSent else { return }
+        // After a close frame, either way, the client may send nothing more (RFC 6455 §5.5.1).
+        guard case .open = closing else { return }
         guard frame.maskKey != nil else { return fail(context, .protocolError) }
         guard !frame.rsv2, !frame.rsv3 else { return fail(context, .protocolError) }
         if frame.rsv1 {
@@ -169,7 +190,13 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             }
             code = WebSocketErrorCode(codeNumber: Int(raw))
         }
-        close(context, code)
+        // Like a TCP client's half-close: what it sent before is answered, then the close is
+        // echoed (RFC 6455 §5.5.1 lets the echo wait for the messages being sent). The session
+        // closes the channel once it has answered; `close(context:mode:promise:)` echoes.
+        closing = .received(code)
+        let channel = context.channel
+        context.eventLoop.scheduleTask(in: closeTimeout) { channel.close(promise: nil) }
+        context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
     }
 
     static func isValidCloseCode(_ code: UInt16) -> Bool {
@@ -189,7 +216,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     /// Sends a close frame (once), then closes the connection.
     private func close(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode) {
         guard !closeSent else { return }
-        closeSent = true
+        closing = .sent
         context.fireUserInboundEventTriggered(LeaveSocket())
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
@@ -204,6 +231,14 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             return
         }
         var buffer = unwrapOutboundIn(data)
+        if buffer.readableBytes == 0 {
+            // Nothing to frame (a session's write that only waits for the ones before it).
+            guard let encoderContext else {
+                promise?.succeed(())
+                return
+            }
+            return encoderContext.write(NIOAny(buffer), promise: promise)
+        }
         if buffer.readableBytesView.first == WebSocketFraming.finalText {
             // A run the hub framed already: JSON lines start with `{`, frames with FIN+text.
             guard let encoderContext else { return context.write(NIOAny(buffer), promise: promise) }
@@ -235,7 +270,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             promise?.succeed(())
             return
         }
-        closeSent = true
+        closing = .sent
         context.fireUserInboundEventTriggered(LeaveSocket())
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: request.code)
@@ -245,13 +280,16 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         )
     }
 
-    /// A close from the daemon (shutdown, slow consumer) goes out as a close frame first.
+    /// A close from the daemon goes out as a close frame first: the client's own code echoed
+    /// when it asked for the close, else 1001 (shutdown, slow consumer).
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode == .all, !closeSent, context.channel.isActive {
-            closeSent = true
+            var code = WebSocketErrorCode.goingAway
+            if case .received(let echoed) = closing { code = echoed }
+            closing = .sent
             context.fireUserInboundEventTriggered(LeaveSocket())
             var data = context.channel.allocator.buffer(capacity: 2)
-            data.write(webSocketErrorCode: .goingAway)
+            data.write(webSocketErrorCode: code)
             context.writeAndFlush(
                 wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)),
                 promise: nil

@@ -33,6 +33,18 @@ struct RawWebSocket {
     }
 
     func send(opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true, rsv: UInt8 = 0) async throws {
+        try await connection.sendBytes(Self.frame(opcode: opcode, payload, fin: fin, masked: masked, rsv: rsv))
+    }
+
+    static func frame(
+        opcode: UInt8,
+        _ payload: [UInt8],
+        fin: Bool = true,
+        masked: Bool = true,
+        rsv: UInt8 = 0
+    )
+        -> [UInt8]
+    {
         var frame: [UInt8] = [(fin ? 0x80 : 0) | rsv | opcode]
         let maskBit: UInt8 = masked ? 0x80 : 0
         if payload.count < 126 {
@@ -51,7 +63,7 @@ struct RawWebSocket {
         } else {
             frame += payload
         }
-        try await connection.sendBytes(frame)
+        return frame
     }
 
     func sendText(_ text: String) async throws { try await send(opcode: 0x1, Array(text.utf8)) }
@@ -267,6 +279,35 @@ struct RawWebSocket {
             #expect(pongData == Array("interleaved".utf8))
             try await ws.send(opcode: 0x0, Array(ping[5...]))
             #expect(try await ws.receiveJSON()["re"] as? String == "frag")
+        }
+    }
+
+    /// A close frame right behind requests is a half-close: every request before it is
+    /// answered (a read's reply; a save's reply and its broadcast), then the close is echoed.
+    @Test func requestsBeforeAClientsCloseAreAnsweredThenTheCloseEchoed() async throws {
+        try await withDaemon { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            let save = try JSONSerialization.data(withJSONObject: [
+                "type": "RequestUpdateDetailViewModel", "id": "save",
+                "payload": ["todo": ["id": UUID().uuidString, "version": 0], "title": "before the close"],
+            ])
+            var bytes = RawWebSocket.frame(opcode: 0x1, Array(#"{"type":"RequestTodoViewModels","id":"list"}"#.utf8))
+            bytes += RawWebSocket.frame(opcode: 0x1, Array(save))
+            bytes += RawWebSocket.frame(opcode: 0x8, [0x03, 0xE8])
+            bytes += RawWebSocket.frame(opcode: 0x1, Array(#"{"op":"ping","id":"after the close"}"#.utf8))
+            try await ws.connection.sendBytes(bytes)
+            #expect(try await ws.receiveJSON()["re"] as? String == "list")
+            let saved = try await ws.receiveJSON()
+            #expect(saved["type"] as? String == "ResponseUpdateDetailViewModel")
+            #expect(saved["re"] as? String == "save")
+            let broadcast = try await ws.receiveJSON()
+            #expect(broadcast["type"] as? String == "ResponseTodoViewModel")
+            #expect(broadcast["seq"] as? Int == 1)
+            // Nothing for the frame after the close; the echo, then the end.
+            #expect(try await ws.receiveClose() == 1000)
+            _ = try await ws.connection.waitForClose()
+            #expect(try await daemonList(daemon).map(\.title) == ["before the close"])
         }
     }
 
