@@ -384,6 +384,19 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         let frame = parsed.frame
         if frame.op.value != "resume" { releaseStartHold() }
+        let (rate, burst) = (configuration.rateLimitPerSecond, configuration.rateLimitBurst)
+        // A resume that is refused here ends the hold on live output as any other frame does.
+        guard bucket.take(rate: rate, burst: burst) else {
+            releaseStartHold()
+            sendError(.rateLimited, "Too many frames; at most \(Int(rate)) a second.", frame.id.value)
+            return
+        }
+        // Before authentication every frame but a ping and an auth is refused, whatever else is
+        // wrong with it (PROTOCOL.md §3).
+        if !authentication.isAuthenticated, !Self.isPingOrAuth(frame) {
+            releaseStartHold()
+            return refuseUnauthenticated(frame.id.value)
+        }
         if case .invalid = frame.id {
             releaseStartHold()
             sendError(.invalidFrame, "id must be a string of 1 to 64 characters or an integer.", nil)
@@ -395,19 +408,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.invalidFrame, "mid must be a string of 1 to 64 characters.", re)
             return
         }
-        let (rate, burst) = (configuration.rateLimitPerSecond, configuration.rateLimitBurst)
-        guard bucket.take(rate: rate, burst: burst) else {
-            sendError(.rateLimited, "Too many frames; at most \(Int(rate)) a second.", re)
-            return
-        }
         switch (frame.type, frame.op) {
         case (.value(let type), .absent):
-            guard authentication.isAuthenticated else { return refuseUnauthenticated(re) }
             publish(type: type, bytes: bytes, root: parsed.root, re: re, mid: frame.mid.value)
         case (.absent, .value(let op)):
-            guard authentication.isAuthenticated || op == "ping" || op == "auth" else {
-                return refuseUnauthenticated(re)
-            }
             control(op: op, frame: frame, re: re)
         case (.absent, .absent), (.value, .value), (.value, .invalid), (.invalid, .value), (.invalid, .invalid):
             sendError(.invalidFrame, "A frame needs exactly one of type (a string) or op (a string).", re)
@@ -416,6 +420,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case (.absent, .invalid):
             sendError(.invalidFrame, "op must be a string.", re)
         }
+    }
+
+    /// A frame that is a `ping` or an `auth` op, and nothing else: the two a session may send
+    /// before it is authenticated.
+    private static func isPingOrAuth(_ frame: ClientFrame) -> Bool {
+        guard case .absent = frame.type, case .value(let op) = frame.op else { return false }
+        return op == "ping" || op == "auth"
     }
 
     private func refuseUnauthenticated(_ re: CorrelationID?) {
@@ -585,20 +596,23 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func authenticate(frame: ClientFrame, re: CorrelationID?) {
-        guard case .value(let token) = frame.token else {
+        // No token is a bad token (`unauthorized`, counted toward the close); a token that is
+        // not a string is a mistyped field.
+        if case .invalid = frame.token {
             sendError(.invalidFrame, "auth needs token (a string).", re)
             return
         }
+        let token = frame.token.value
         let auth = services.settings.auth
         let previousRole = authentication.role
-        switch authentication.tokenPresented(grants: auth.role(for: token), required: auth.required) {
+        switch authentication.tokenPresented(grants: token.flatMap(auth.role(for:)), required: auth.required) {
         case .granted(let role):
             idleTimer?.cancel()
             idleTimer = nil
             applySubscriptions(patterns, from: previousRole, to: role)
             write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) })
         case .refuse:
-            sendError(.unauthorized, "The token is not valid.", re)
+            sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)
         case .refuseAndClose:
             closeAfter(
                 OutboundFrame.error(

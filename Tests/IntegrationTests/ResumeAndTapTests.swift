@@ -292,6 +292,31 @@ import Testing
                 #expect(errorCode(try await stranger.json()) == "unauthorized")
             }
             _ = try await stranger.waitForClose()
+
+            // Whatever else is wrong with a frame, before auth it is refused as such; an auth
+            // without a token is a bad token, and three of them close (one whose token is not a
+            // string is a mistyped field).
+            let (malformed, _) = try await daemon.client()
+            for frame in [
+                #"{"id":11}"#, #"{"op":"ping","type":"X","id":12}"#,
+                #"{"type":"RequestTodoViewModels","mid":"","id":13}"#,
+                #"{"op":["subscribe"],"id":14}"#, #"{"op":"subscribe","id":true}"#,
+            ] {
+                try await malformed.sendLine(frame)
+                let refusal = try await malformed.json()
+                #expect(errorCode(refusal) == "unauthorized", "\(frame): \(refusal)")
+            }
+            try await malformed.sendLine(#"{"op":"ping","id":false}"#)
+            #expect(errorCode(try await malformed.json()) == "invalid_frame", "a ping's own mistakes are its own")
+            try await malformed.sendLine(#"{"op":"auth","token":5}"#)
+            #expect(errorCode(try await malformed.json()) == "invalid_frame")
+            for attempt in 1...3 {
+                try await malformed.send(["op": "auth", "id": attempt])
+                let refusal = try await malformed.json()
+                #expect(errorCode(refusal) == "unauthorized")
+                #expect(refusal["re"] as? Int == attempt)
+            }
+            _ = try await malformed.waitForClose()
         }
     }
 
