@@ -26,6 +26,8 @@ final class SQLiteBackend: StorageBackend {
     let retention: JournalRetention
     private let logger: Logger
     private let checkpoints: NIOLockedValueBox<Checkpoints>
+    /// The data directory's lock, given up at `close()`.
+    private let directoryLock: DirectoryLock?
 
     /// Commits between the starts of two background copies of the WAL.
     static let checkpointEvery = 64
@@ -63,8 +65,10 @@ final class SQLiteBackend: StorageBackend {
         reader: SQLiteConnection,
         checkpointer: SQLiteConnection,
         retention: JournalRetention,
-        logger: Logger
+        logger: Logger,
+        directoryLock: DirectoryLock?
     ) {
+        self.directoryLock = directoryLock
         self.writer = writer
         self.checkpoints = NIOLockedValueBox(Checkpoints(pageBytes: writer.pageBytes))
         self.thread = thread
@@ -87,7 +91,8 @@ final class SQLiteBackend: StorageBackend {
         threadPool: NIOThreadPool,
         eventLoop: any EventLoop,
         thread: StoreThread,
-        logger: Logger
+        logger: Logger,
+        directoryLock: DirectoryLock?
     ) async throws -> SQLiteBackend {
         let path = (directory as NSString).appendingPathComponent(fileName)
         // The reader migrates the schema first, then only reads.
@@ -130,7 +135,8 @@ final class SQLiteBackend: StorageBackend {
                 reader: reader,
                 checkpointer: checkpointer,
                 retention: retention,
-                logger: logger
+                logger: logger,
+                directoryLock: directoryLock
             )
         } catch {
             try? await opened.checkpointer?.close()
@@ -338,6 +344,7 @@ final class SQLiteBackend: StorageBackend {
         try? await checkpointer.close()
         try? await reader.close()
         _ = try? await thread.perform { writer.close() }
+        directoryLock?.release()
     }
 }
 

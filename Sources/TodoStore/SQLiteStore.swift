@@ -30,8 +30,11 @@ extension GroupCommitStore {
     /// how many todos may have their newest change in the journal and not yet in their row (0:
     /// each row is written with the commit of its change).
     ///
+    /// `lockDirectory`: hold the directory's lock (`DirectoryLock`) while open, so that no second
+    /// store (in this process or another) opens it meanwhile.
+    ///
     /// Throws `StoreError` with a one-line message naming the directory when it cannot be
-    /// created or written.
+    /// created or written, or when another store holds it.
     public static func sqlite(
         directory: String,
         retention: JournalRetention = JournalRetention(),
@@ -44,7 +47,8 @@ extension GroupCommitStore {
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         thread: StoreThread? = nil,
         logger: Logger = Logger(label: "todostream.store"),
-        now: @escaping @Sendable () -> Timestamp = Timestamp.now
+        now: @escaping @Sendable () -> Timestamp = Timestamp.now,
+        lockDirectory: Bool = true
     ) async throws -> GroupCommitStore {
         guard isSQLitePageSize(pageBytes) else {
             throw StoreError(
@@ -52,6 +56,7 @@ extension GroupCommitStore {
             )
         }
         try prepareDirectory(directory)
+        let lock = lockDirectory ? try DirectoryLock.acquire(in: directory) : nil
         let thread = thread ?? StoreThread()
         let backend: SQLiteBackend
         do {
@@ -66,11 +71,14 @@ extension GroupCommitStore {
                 threadPool: threadPool,
                 eventLoop: eventLoop,
                 thread: thread,
-                logger: logger
+                logger: logger,
+                directoryLock: lock
             )
         } catch let error as StoreError {
+            lock?.release()
             throw error
         } catch {
+            lock?.release()
             logger.error("cannot open database", metadata: ["error": "\(String(reflecting: error))"])
             throw StoreError(message: "cannot open the database in data directory \(directory)")
         }

@@ -574,6 +574,25 @@ import TodoStore
             }
         }
     }
+
+    /// A second daemon on a SQLite data directory in use does not start (it would write the
+    /// same seqs as the first); the first serves on.
+    @Test func aSecondDaemonOnTheSameDataDirectoryDoesNotStart() async throws {
+        let directory = temporaryDirectory()
+        try await withDaemon(storage: .sqlite, dataDirectory: directory) { daemon in
+            var options = DaemonOptions()
+            options.storage = .sqlite
+            options.dataDirectory = directory
+            options.listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: 0))
+            await #expect {
+                _ = try await Daemon.start(options, logger: .init(label: "t"))
+            } throws: { error in
+                "\(error)".hasPrefix("data directory \(directory) is in use by another todostreamd (pid ")
+            }
+            let (client, _) = try await daemon.client()
+            #expect(try await client.createTodo("still served")["seq"] as? Int == 1)
+        }
+    }
 }
 
 struct HTTPResult {

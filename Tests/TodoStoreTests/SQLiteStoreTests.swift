@@ -20,7 +20,8 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
 @Suite struct SQLiteStoreTests {
     @Test func writesSurviveAProcessThatNeverClosedItsHandles() async throws {
         let directory = temporaryDirectory()
-        let first = try await GroupCommitStore.sqlite(directory: directory)
+        // Without the directory's lock, which the kernel would drop at the kill.
+        let first = try await GroupCommitStore.sqlite(directory: directory, lockDirectory: false)
         let saved = try await create(first, "Survive")
         _ = try await first.write(TodoWrite(id: saved.todo.id, expectedVersion: 1, change: .toggleComplete)).get()
         // `first` is abandoned without close, as after kill -9: a new store must see the commit.
@@ -63,7 +64,8 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         try await connection.exec("UPDATE meta SET value = '1' WHERE key = 'head'")
         try await connection.close()
 
-        let store = try await GroupCommitStore.sqlite(directory: directory)
+        // Without the directory's lock, which the kernel would drop at the kill below.
+        let store = try await GroupCommitStore.sqlite(directory: directory, lockDirectory: false)
         #expect(try await store.readTodos(id: nil) == [old])
         #expect(try await store.position().head == 1)
         let saved = try await store.write(TodoWrite(id: old.id, expectedVersion: 1, change: .toggleComplete)).get()
@@ -73,6 +75,27 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         #expect(try await next.readTodos(id: nil) == [saved.todo])
         await next.close()
         await store.close()
+    }
+
+    /// One store per directory: a second open while the first holds it fails, naming the
+    /// process; once the first is closed, the directory opens again.
+    @Test func aSecondStoreOnTheSameDirectoryIsRefused() async throws {
+        let directory = temporaryDirectory()
+        let first = try await GroupCommitStore.sqlite(directory: directory)
+        _ = try await create(first, "held")
+        do {
+            let second = try await GroupCommitStore.sqlite(directory: directory)
+            await second.close()
+            Issue.record("a second store opened a directory in use")
+        } catch let error as StoreError {
+            #expect(error.message.contains("is in use by another todostreamd (pid \(getpid()))"), "\(error.message)")
+        }
+        // The refused open changed nothing: the first writes on.
+        #expect(try await create(first, "still mine").seq == 2)
+        await first.close()
+        let again = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await again.readTodos(id: nil).count == 2)
+        await again.close()
     }
 
     @Test func concurrentWritesGetGaplessSeqsAndMatchingJournalEntries() async throws {

@@ -256,3 +256,28 @@ def test_socket_activation_serves_on_inherited_sockets_that_survive_a_restart(tm
         if first.poll() is None:
             first.kill()
         listener.close()
+
+
+def test_a_second_daemon_on_a_data_dir_in_use_does_not_start(daemon_factory):
+    """One SQLite data dir, one daemon: a second one exits 1 naming the first, which serves on;
+    after the first is killed (-9), the kernel has dropped its lock and the dir starts again."""
+    first = daemon_factory()
+    sock, reader, _ = line_client(first.tcp_port)
+    send(sock, {"type": "RequestUpdateDetailViewModel", "id": "s",
+                "payload": {"todo": {"id": "6f1c2b7e-0000-4000-8000-00000000000a", "version": 0}, "title": "kept"}})
+    assert json.loads(reader.readline())["re"] == "s"
+    second = subprocess.run(
+        [daemon_binary(), "serve", "--data-dir", str(first.data_dir), "--listen", "127.0.0.1:0", "--http-listen", "off"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert second.returncode == 1, (second.returncode, second.stderr)
+    assert f"is in use by another todostreamd (pid {first.pid})" in second.stderr, second.stderr
+    send(sock, {"op": "ping", "id": "alive"})
+    while (frame := json.loads(reader.readline())).get("re") != "alive":
+        pass
+    sock.close()
+    first.kill()
+    first.start_again(15.0)
+    sock, reader, hello = line_client(first.tcp_port)
+    assert hello["seq"] == 1, hello
+    sock.close()
