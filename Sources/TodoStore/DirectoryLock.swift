@@ -46,10 +46,11 @@ final class DirectoryLock: Sendable {
 
     /// Gives the directory up (closing the file drops the lock). Idempotent.
     func release() {
-        guard let descriptor = descriptor.withLockedValue({ value -> Int32? in
-            defer { value = nil }
-            return value
-        })
+        guard
+            let descriptor = descriptor.withLockedValue({ value -> Int32? in
+                defer { value = nil }
+                return value
+            })
         else { return }
         close(descriptor)
     }
