@@ -1,6 +1,13 @@
 /// An event that can travel on the stream. Its name is one of the catalog's.
 public protocol StreamEvent: Sendable {
     var name: String { get }
+    /// For an event that answers a request with a failure, the failure's stable code (counted
+    /// by the relay's metrics); nil otherwise.
+    var failureCode: String? { get }
+}
+
+extension StreamEvent {
+    public var failureCode: String? { nil }
 }
 
 /// The seed's observer, made explicit: one event in, the events it causes out. A plain

@@ -278,6 +278,7 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                     )
                 )
             case .reply:
+                if let code = delivery.event.failureCode { metrics.appError(code) }
                 let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
                 let reply = PendingReply(

@@ -30,6 +30,8 @@ public final class RelayMetrics: Sendable {
     }
 
     func error(_ code: RelayErrorCode) { counters.withLockedValue { $0.errorsByCode[code.rawValue, default: 0] += 1 } }
+    /// An app's failure answered to a client (`validation_failed`, `unavailable`, …).
+    func appError(_ code: String) { counters.withLockedValue { $0.errorsByCode[code, default: 0] += 1 } }
     func slowConsumer() { counters.withLockedValue { $0.slowConsumers += 1 } }
     func resynchronized() { counters.withLockedValue { $0.resynchronizations += 1 } }
 
@@ -75,7 +77,7 @@ public final class RelayMetrics: Sendable {
             "type",
             fanOut.requestsByType
         )
-        labelled("todostream_errors_total", "counter", "Error frames sent, by code.", "code", c.errorsByCode)
+        labelled("todostream_errors_total", "counter", "Errors answered to clients, by code: the relay's and the app's.", "code", c.errorsByCode)
         labelled(
             "todostream_frames_out_total",
             "counter",

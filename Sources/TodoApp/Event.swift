@@ -51,6 +51,17 @@ public indirect enum Event: StreamEvent, Hashable {
 
     public var name: String { kind.rawValue }
 
+    /// The code of a view-layer response that carries an error.
+    public var failureCode: String? {
+        switch self {
+        case .responseTodoViewModels(.failure(let error)): return error.code.rawValue
+        case .responseTodoViewModel(.failure(let error)): return error.code.rawValue
+        case .responseTodoDetailViewModel(.failure(let error)): return error.code.rawValue
+        case .responseUpdateDetailViewModel(.failure(let error)): return error.code.rawValue
+        default: return nil
+        }
+    }
+
     public var kind: Kind {
         switch self {
         case .requestTodoViewModels: return .requestTodoViewModels

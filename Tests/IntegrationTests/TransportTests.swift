@@ -507,14 +507,23 @@ struct RawWebSocket {
             let (b, _) = try await daemon.client()
             let created = try await a.createTodo("counted")
             _ = try await b.json { $0["seq"] as? Int == created["seq"] as? Int }
+            // The app's failures are counted with the relay's errors, by code.
+            try await a.send([
+                "type": "RequestToggleCompleteTodoViewModel", "id": "nf",
+                "payload": ["todo": ["id": UUID().uuidString]],
+            ])
+            _ = try await a.json { $0["re"] as? String == "nf" }
+            try await a.sendLine("not json")
+            _ = try await a.json { ($0["error"] as? [String: Any])?["code"] as? String == "invalid_json" }
             let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
             func value(_ series: String) -> Double? {
                 body.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap {
                     Double($0.dropFirst(series.count + 1))
                 }
             }
-            // One broadcast to two clients; the detail replies went to the requester only.
-            #expect(value(#"todostream_frames_out_total{type="ResponseTodoViewModel"}"#) == 2)
+            // One broadcast to two clients, and the failed toggle's reply; the detail replies
+            // went to the requester only.
+            #expect(value(#"todostream_frames_out_total{type="ResponseTodoViewModel"}"#) == 3)
             #expect(value(#"todostream_frames_out_total{type="ResponseTodoDetailViewModel"}"#) == 1)
             #expect((value("todostream_fanout_seconds_count") ?? 0) >= 1)
             #expect(value(#"todostream_fanout_seconds_bucket{le="+Inf"}"#) == value("todostream_fanout_seconds_count"))
@@ -522,6 +531,8 @@ struct RawWebSocket {
             #expect(value("todostream_store_pending_writes") == 0)
             #expect(value("todostream_queued_bytes") != nil)
             #expect(value("todostream_broadcasts_held_back") == 0)
+            #expect(value(#"todostream_errors_total{code="not_found"}"#) == 1)
+            #expect(value(#"todostream_errors_total{code="invalid_json"}"#) == 1)
         }
     }
 }
