@@ -77,7 +77,13 @@ public final class RelayMetrics: Sendable {
             "type",
             fanOut.requestsByType
         )
-        labelled("todostream_errors_total", "counter", "Errors answered to clients, by code: the relay's and the app's.", "code", c.errorsByCode)
+        labelled(
+            "todostream_errors_total",
+            "counter",
+            "Errors answered to clients, by code: the relay's and the app's.",
+            "code",
+            c.errorsByCode
+        )
         labelled(
             "todostream_frames_out_total",
             "counter",
