@@ -75,15 +75,17 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
-        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+        let path = Self.path(of: head.uri)
         guard head.method == .GET || head.method == .HEAD else {
             return respond(
                 context,
                 head,
                 .methodNotAllowed,
                 "text/plain; charset=utf-8",
-                Array("Only GET is supported.\n".utf8),
-                extra: [("Allow", "GET, HEAD")]
+                Array("Only GET and HEAD are supported.\n".utf8),
+                extra: [("Allow", "GET, HEAD")],
+                // After a CONNECT the parser reads no further request on this connection.
+                close: head.method == .CONNECT
             )
         }
         if path == "/healthz" {
@@ -152,20 +154,33 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         respond(context, head, .notFound, "text/plain; charset=utf-8", Array("Not found.\n".utf8))
     }
 
+    /// The path of a request target, without its query: origin form (`/healthz?x`) or absolute
+    /// form (`http://host:port/healthz`, which RFC 9112 §3.2.2 says a server must accept).
+    static func path(of uri: String) -> String {
+        var target = Substring(uri)
+        for scheme in ["http://", "https://"] where target.lowercased().hasPrefix(scheme) {
+            let authorityAndPath = target.dropFirst(scheme.count)
+            target = authorityAndPath.firstIndex(of: "/").map { authorityAndPath[$0...] } ?? "/"
+        }
+        let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return path.isEmpty ? "/" : String(path)
+    }
+
     private func respond(
         _ context: ChannelHandlerContext,
         _ request: HTTPRequestHead,
         _ status: HTTPResponseStatus,
         _ contentType: String,
         _ body: [UInt8],
-        extra: [(String, String)] = []
+        extra: [(String, String)] = [],
+        close: Bool = false
     ) {
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: contentType)
         headers.add(name: "Content-Length", value: String(body.count))
         headers.add(name: "X-Content-Type-Options", value: "nosniff")
         for (name, value) in extra { headers.add(name: name, value: value) }
-        let keepAlive = request.isKeepAlive
+        let keepAlive = request.isKeepAlive && !close
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)

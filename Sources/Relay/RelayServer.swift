@@ -351,7 +351,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             maxFrameSize: configuration.webSocketHardCapBytes,
             automaticErrorHandling: true,
             shouldUpgrade: { channel, head in
-                let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
+                let path = HTTPHandler.path(of: head.uri)
                 // RFC 6455 §4.1: the opening handshake is a GET (anything else is answered by
                 // the HTTP handler: 405).
                 guard head.method == .GET, path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins),

@@ -415,7 +415,24 @@ struct RawWebSocket {
             let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics")
             #expect(metrics.status == 200)
             #expect(metrics.body.contains("todostream_connections"))
+            // The absolute form of a request target (RFC 9112 §3.2.2) names the same routes.
+            #expect(try await httpGet(port: daemon.httpPort, path: "http://127.0.0.1/healthz?x=1").status == 200)
+            #expect(try await httpGet(port: daemon.httpPort, path: "HTTP://localhost:1").body.contains("<"))
+            // CONNECT is refused, and the connection ends with the answer (nothing else can
+            // follow a CONNECT on it).
+            let connect = try await TestConnection.connect(port: daemon.httpPort)
+            try await connect.send("CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")
+            let answer = String(decoding: try await connect.waitForClose(timeout: .seconds(10)), as: UTF8.self)
+            #expect(answer.hasPrefix("HTTP/1.1 405 "), "\(answer)")
         }
+    }
+
+    @Test func requestTargetsAreReadAsPaths() {
+        #expect(HTTPHandler.path(of: "/healthz?x") == "/healthz")
+        #expect(HTTPHandler.path(of: "http://h:80/events?token=1") == "/events")
+        #expect(HTTPHandler.path(of: "https://h") == "/")
+        #expect(HTTPHandler.path(of: "?q") == "/")
+        #expect(HTTPHandler.path(of: "/a?b?c") == "/a")
     }
 
     /// The WebSocket handshake is a GET (RFC 6455 §4.1): any other method is no upgrade. A
