@@ -286,6 +286,11 @@ enum ConfigFile {
                 guard let role = entry["role"] as? String, Role(rawValue: role) != nil else {
                     throw ConfigError(message: "\(label)[\(index)].role must be view or monitor")
                 }
+                // YAML reads unquoted digits as a number: a token or digest that did not stay
+                // text would be dropped, so it is an error here.
+                for field in ["token", "token_sha256"] where entry[field] != nil && !(entry[field] is String) {
+                    throw ConfigError(message: "\(label)[\(index)].\(field) must be a string (quote it)")
+                }
                 let plain = entry["token"] as? String
                 let hashed = entry["token_sha256"] as? String
                 guard (plain == nil) != (hashed == nil) else {

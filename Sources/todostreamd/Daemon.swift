@@ -506,30 +506,56 @@ final class Daemon: Sendable {
         clientCAPath: String?,
         closeTimeout: TimeAmount
     ) throws -> NIOSSLContext {
-        do {
-            let chain = try NIOSSLCertificate.fromPEMFile(certificatePath).map {
-                NIOSSLCertificateSource.certificate($0)
+        // Each file on its own, so that the message names the one at fault, in plain words.
+        func load<T>(_ what: String, _ path: String, _ contents: String, _ read: () throws -> T) throws -> T {
+            if let problem = Self.unreadable(path) {
+                throw StartupError(message: "cannot load TLS \(what) \(path): \(problem)")
             }
-            guard !chain.isEmpty else { throw StartupError(message: "no certificate in \(certificatePath)") }
-            let key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
-            var configuration = TLSConfiguration.makeServerConfiguration(
-                certificateChain: chain,
-                privateKey: .privateKey(key)
-            )
-            configuration.minimumTLSVersion = .tlsv12
-            // A connection the daemon closes (a drain, a slow consumer) waits this long at most
-            // for the client's close_notify before the socket is closed.
-            configuration.shutdownTimeout = closeTimeout
-            if let clientCAPath {
-                configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(clientCAPath))
-                configuration.certificateVerification = .noHostnameVerification
+            do {
+                return try read()
+            } catch {
+                throw StartupError(message: "cannot load TLS \(what) \(path): it holds no PEM \(contents)")
             }
-            return try NIOSSLContext(configuration: configuration)
-        } catch let error as StartupError {
-            throw error
-        } catch {
-            throw StartupError(message: "cannot load TLS certificate \(certificatePath) and key \(keyPath): \(error)")
         }
+        let chain = try load("certificate", certificatePath, "certificate") {
+            try NIOSSLCertificate.fromPEMFile(certificatePath).map { NIOSSLCertificateSource.certificate($0) }
+        }
+        guard !chain.isEmpty else {
+            throw StartupError(message: "cannot load TLS certificate \(certificatePath): it holds no PEM certificate")
+        }
+        let key = try load("key", keyPath, "private key") { try NIOSSLPrivateKey(file: keyPath, format: .pem) }
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain,
+            privateKey: .privateKey(key)
+        )
+        configuration.minimumTLSVersion = .tlsv12
+        // A connection the daemon closes (a drain, a slow consumer) waits this long at most
+        // for the client's close_notify before the socket is closed.
+        configuration.shutdownTimeout = closeTimeout
+        if let clientCAPath {
+            let roots = try load("client CA", clientCAPath, "certificate") {
+                try NIOSSLCertificate.fromPEMFile(clientCAPath)
+            }
+            configuration.trustRoots = .certificates(roots)
+            configuration.certificateVerification = .noHostnameVerification
+        }
+        do {
+            return try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw StartupError(
+                message: "cannot load TLS certificate \(certificatePath) with key \(keyPath): "
+                    + "the key does not match the certificate"
+            )
+        }
+    }
+
+    /// Why `path` cannot be read, in plain words; nil when it can.
+    private static func unreadable(_ path: String) -> String? {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return "no such file" }
+        if isDirectory.boolValue { return "it is a directory" }
+        guard access(path, R_OK) == 0 else { return String(cString: strerror(errno)).lowercased() }
+        return nil
     }
 
     /// Serves until SIGTERM/SIGINT (or `shutdown()`), then drains and closes storage. SIGHUP

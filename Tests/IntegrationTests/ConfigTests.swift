@@ -82,6 +82,54 @@ import Glibc
             ) == true
         )
         #expect(message(": : :\n")?.contains("not valid YAML") == true)
+        // Unquoted digits are a number in YAML, not a token: refused, not dropped.
+        let digits = String(repeating: "0", count: 64)
+        #expect(
+            message("auth:\n  tokens:\n    - role: view\n      token_sha256: \(digits)\n")?.contains(
+                "auth.tokens[0].token_sha256 must be a string (quote it)"
+            ) == true
+        )
+        #expect(
+            message("auth:\n  tokens:\n    - role: view\n      token: 123456789\n")?.contains(
+                "auth.tokens[0].token must be a string (quote it)"
+            ) == true
+        )
+        #expect(
+            message("auth:\n  tokens:\n    - role: view\n      token: abcdefghij\n      token_sha256: \"\(digits)\"\n")?
+                .contains("needs exactly one of token or token_sha256") == true
+        )
+    }
+
+    /// A TLS file that cannot be used is named, with what is wrong with it in plain words.
+    @Test func tlsFilesThatCannotBeUsedAreNamedInPlainWords() throws {
+        let one = try DevCertificate.ensure(in: temporaryDirectory())
+        let other = try DevCertificate.ensure(in: temporaryDirectory())
+        let garbage = temporaryDirectory() + "/garbage.pem"
+        try Data("not pem\n".utf8).write(to: URL(fileURLWithPath: garbage))
+        func problem(_ certificate: String, _ key: String, _ clientCA: String? = nil) -> String? {
+            do {
+                _ = try Daemon.makeTLSContext(
+                    certificatePath: certificate,
+                    keyPath: key,
+                    clientCAPath: clientCA,
+                    closeTimeout: .seconds(1)
+                )
+                return nil
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(problem(one.certificatePath, one.keyPath) == nil)
+        #expect(
+            problem(one.certificatePath, other.keyPath)?.hasSuffix("the key does not match the certificate") == true
+        )
+        #expect(problem("/nowhere.pem", one.keyPath) == "cannot load TLS certificate /nowhere.pem: no such file")
+        #expect(problem(garbage, one.keyPath) == "cannot load TLS certificate \(garbage): it holds no PEM certificate")
+        #expect(problem(one.certificatePath, garbage) == "cannot load TLS key \(garbage): it holds no PEM private key")
+        #expect(
+            problem(one.certificatePath, one.keyPath, garbage)
+                == "cannot load TLS client CA \(garbage): it holds no PEM certificate"
+        )
     }
 
     /// Found by the config-file fuzz target: a key that is not a plain name crashed the YAML
