@@ -40,8 +40,14 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let originAllowed: @Sendable (HTTPHeaders) -> Bool
     private let assets: HTTPAssets
     private var head: HTTPRequestHead?
+    /// A whole request must arrive within this long (`limits.handshake_timeout_ms`): from the
+    /// connection's start (a TLS handshake included) and again after each answer; past it the
+    /// connection is closed. Slow or stalled requests hold no connection slot for long.
+    private let requestTimeout: TimeAmount
+    private var requestTimer: Scheduled<Void>?
 
     init(
+        requestTimeout: TimeAmount = .seconds(10),
         health: @escaping @Sendable () async -> HealthReport,
         metrics: @escaping @Sendable () async -> String,
         originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true },
@@ -51,6 +57,23 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         self.metrics = metrics
         self.originAllowed = originAllowed
         self.assets = assets
+        self.requestTimeout = requestTimeout
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        awaitRequest(context)
+    }
+
+    /// Removed at a WebSocket upgrade: the stream has no deadline.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        requestTimer?.cancel()
+        requestTimer = nil
+    }
+
+    private func awaitRequest(_ context: ChannelHandlerContext) {
+        requestTimer?.cancel()
+        let channel = context.channel
+        requestTimer = context.eventLoop.scheduleTask(in: requestTimeout) { channel.close(promise: nil) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -62,6 +85,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .end:
             guard let head else { return }
             self.head = nil
+            requestTimer?.cancel()
+            requestTimer = nil
             route(context, head)
         }
     }
@@ -188,6 +213,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
         }
         let channel = context.channel
+        if keepAlive { awaitRequest(context) }
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
             if !keepAlive { channel.close(promise: nil) }
         }

@@ -40,6 +40,11 @@ public struct RelayConfiguration: Sendable, Equatable {
     public var resumePageSize: Int = 1_000
     /// Seconds an unauthenticated connection may stay idle when auth is required.
     public var unauthenticatedIdleSeconds: Int = 30
+    /// How long a connection may take before it is a stream: a TLS handshake, and on the HTTP
+    /// listener a whole request (the WebSocket upgrade's included), counted from the
+    /// connection's start and again after each answer on a kept-alive connection. Past it the
+    /// connection is closed.
+    public var handshakeTimeoutMs: Int = 10_000
     /// What `draining` tells clients to wait before reconnecting (jitter is added).
     public var drainReconnectAfterMs: Int = 1_000
     /// How long a graceful shutdown waits for in-flight requests and queues to flush.

@@ -316,6 +316,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let sync = channel.pipeline.syncOperations
         if let tls {
             try sync.addHandler(NIOSSLServerHandler(context: tls))
+            try sync.addHandler(HandshakeDeadline(timeout: .milliseconds(Int64(configuration.handshakeTimeoutMs))))
         }
         try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: configuration.maxFrameBytes)))
         try sync.addHandler(
@@ -402,6 +403,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             }
         )
         let httpHandler = HTTPHandler(
+            requestTimeout: .milliseconds(Int64(configuration.handshakeTimeoutMs)),
             health: health,
             metrics: metrics,
             originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) },

@@ -66,6 +66,7 @@ extension ConfigFile {
         if let value = int("limits.rate_limit_per_second") { options.relay.rateLimitPerSecond = Double(value) }
         if let value = int("limits.rate_limit_burst") { options.relay.rateLimitBurst = Double(value) }
         if let value = int("limits.unauthenticated_idle_seconds") { options.relay.unauthenticatedIdleSeconds = value }
+        if let value = int("limits.handshake_timeout_ms") { options.relay.handshakeTimeoutMs = value }
         if let value = int("limits.initial_hold_ms") { options.relay.initialHoldMs = value }
         if let value = int("limits.socket_send_buffer_bytes") {
             options.relay.socketSendBufferBytes = value == 0 ? nil : value

@@ -65,6 +65,7 @@ enum ConfigFile {
         "limits.rate_limit_per_second": .int(1...10_000_000),
         "limits.rate_limit_burst": .int(1...10_000_000),
         "limits.unauthenticated_idle_seconds": .int(1...86_400),
+        "limits.handshake_timeout_ms": .int(100...3_600_000),
         "limits.initial_hold_ms": .int(0...10_000),
         "limits.socket_send_buffer_bytes": .int(0...(64 << 20)),
         "journal.max_entries": .int(1...1_000_000_000),

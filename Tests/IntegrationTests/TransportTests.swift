@@ -427,6 +427,25 @@ struct RawWebSocket {
         }
     }
 
+    /// An HTTP connection has `limits.handshake_timeout_ms` for each whole request: one that
+    /// sends half a request, and one kept alive after its answer, are closed; a WebSocket
+    /// opened before them has no deadline once upgraded.
+    @Test func slowOrIdleHTTPConnectionsAreClosedAndUpgradedOnesAreNot() async throws {
+        try await withDaemon(.custom({ $0.relay.handshakeTimeoutMs = 300 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            let half = try await TestConnection.connect(port: daemon.httpPort)
+            try await half.send("GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            let kept = try await TestConnection.connect(port: daemon.httpPort)
+            try await kept.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await half.waitForClose(timeout: .seconds(10)).isEmpty)
+            let answered = String(decoding: try await kept.waitForClose(timeout: .seconds(10)), as: UTF8.self)
+            #expect(answered.hasPrefix("HTTP/1.1 200 "), "answered, then closed: \(answered)")
+            try await ws.sendText(#"{"op":"ping","id":"ws"}"#)
+            #expect(try await ws.receiveJSON()["re"] as? String == "ws")
+        }
+    }
+
     @Test func requestTargetsAreReadAsPaths() {
         #expect(HTTPHandler.path(of: "/healthz?x") == "/healthz")
         #expect(HTTPHandler.path(of: "http://h:80/events?token=1") == "/events")
@@ -589,6 +608,27 @@ struct RawWebSocket {
             let afterBad = try await connect(trusting: files.certificatePath)
             #expect(try await afterBad.json()["op"] as? String == "hello")
         }
+    }
+}
+
+/// A TLS connection that never finishes its handshake is closed after
+/// `limits.handshake_timeout_ms`; one that finished it may then stay idle: it still answers
+/// once the stalled one (opened after it) has been closed.
+@Test func aStalledTLSHandshakeIsClosedAndAnIdleSessionIsNot() async throws {
+    let files = try DevCertificate.ensure(in: temporaryDirectory())
+    let setup = DaemonSetup.tls(files) { options in
+        options.listeners.tls = .init(host: "127.0.0.1", port: 0)
+        options.relay.handshakeTimeoutMs = 300
+    }
+    try await withDaemon(setup) { daemon in
+        let port = try #require(daemon.addresses.tls?.port)
+        let idle = try await TestConnection.connectTLS(port: port, trusting: files.certificatePath)
+        #expect(try await idle.json()["op"] as? String == "hello")
+        let stalled = try await TestConnection.connect(port: port)
+        try await stalled.sendBytes([0x16, 0x03, 0x01])  // the start of a ClientHello, no more
+        #expect(try await stalled.waitForClose(timeout: .seconds(10)).isEmpty)
+        try await idle.sendLine(#"{"op":"ping","id":"still"}"#)
+        #expect(try await idle.json()["re"] as? String == "still")
     }
 }
 
