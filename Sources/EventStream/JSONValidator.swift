@@ -111,9 +111,14 @@ public enum JSONValidator {
                         UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                         continue
                     case UInt8(ascii: "u"):
-                        for _ in 0..<4 {
-                            guard let hex = current, isHexDigit(hex) else { return false }
-                            index += 1
+                        // A UTF-16 surrogate only as half of a pair: a lone one is no character,
+                        // and text that is not Unicode is no frame (as invalid UTF-8 is not).
+                        guard let unit = hexUnit() else { return false }
+                        if (0xDC00...0xDFFF).contains(unit) { return false }
+                        if (0xD800...0xDBFF).contains(unit) {
+                            guard take(UInt8(ascii: "\\")), take(UInt8(ascii: "u")), let low = hexUnit(),
+                                (0xDC00...0xDFFF).contains(low)
+                            else { return false }
                         }
                     default:
                         return false
@@ -125,6 +130,23 @@ public enum JSONValidator {
                 }
             }
             return false
+        }
+
+        /// The four hex digits of a `\u` escape, as a UTF-16 code unit.
+        private mutating func hexUnit() -> UInt16? {
+            var unit: UInt16 = 0
+            for _ in 0..<4 {
+                guard let hex = current, isHexDigit(hex) else { return nil }
+                index += 1
+                let digit: UInt8
+                switch hex {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = hex - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = hex - UInt8(ascii: "a") + 10
+                default: digit = hex - UInt8(ascii: "A") + 10
+                }
+                unit = unit << 4 | UInt16(digit)
+            }
+            return unit
         }
 
         /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`

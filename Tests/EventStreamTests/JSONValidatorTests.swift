@@ -5,7 +5,8 @@ import Testing
 @Suite struct JSONValidatorTests {
     @Test(arguments: [
         #"{}"#, #"[]"#, #" {"a" : [1, -2, 3.5, 1e3, 1E-3, -0.0, 0, true, false, null]} "#,
-        #"{"s":"\" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00","k":{}}"#, "\"caf\u{e9}\"", #"123"#, "\t[1]\r\n",
+        #"{"s":"\" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00 \ud83d\ude00 \uFFFF","k":{}}"#, "\"caf\u{e9}\"", #"123"#,
+        "\t[1]\r\n",
         #"{"a":{"b":{"c":[[[]]]}}}"#, "\u{FEFF}{\"op\":\"ping\"}",
     ])
     func acceptsJSON(_ text: String) {
@@ -18,6 +19,9 @@ import Testing
         #"{"a":1"#, #"["#, "", " ", #"{"a":1}{"#, #"{"a":1} x"#, #"{'a':1}"#, #"{a:1}"#,
         // Escapes JSON does not have, or cut short.
         #"{"x":"\q"}"#, #"{"x":"\u12"}"#, #"{"x":"\u12G4"}"#, #"{"x":"\"#, #"{"x":"abc"#,
+        // Surrogates that are not a pair: no character, so no text.
+        #"{"x":"\ud800"}"#, #"{"x":"a\uDBFFb"}"#, #"{"x":"\udc00"}"#, #"{"x":"\ud800\u0041"}"#,
+        #"{"x":"\ud800\ud800"}"#, #"{"x":"\uDE00\uD83D"}"#, #"{"\ud800":1}"#,
         // Numbers.
         #"{"x":01}"#, #"{"x":-01}"#, #"{"x":1.}"#, #"{"x":.5}"#, #"{"x":1e}"#, #"{"x":+1}"#, #"{"x":-}"#,
         #"{"x":0x10}"#, #"{"x":NaN}"#, #"{"x":Infinity}"#,

@@ -118,6 +118,7 @@ import TodoStore
         (#"{"op":"ping","id":"x","x":01}"#, "invalid_json", false),
         ("{\"op\":\"pi\tng\",\"id\":\"x\"}", "invalid_json", false),
         ("{\"type\":\"RequestTodoViewModels\",\"id\":\"x\",\"x\":\"a\u{1}\u{0}\"}", "invalid_json", false),
+        (#"{"type":"RequestUpdateDetailViewModel","id":"x","payload":{"title":"a\ud800b"}}"#, "invalid_json", false),
         (#"{"id":"x"}"#, "invalid_frame", true),
         (#"{"type":"RequestTodoViewModels","op":"ping","id":"x"}"#, "invalid_frame", true),
         (#"{"type":5,"id":"x"}"#, "invalid_frame", true),
