@@ -376,6 +376,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 let (role, deflate) = negotiated.value
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    let decoder = try sync.context(handlerType: ByteToMessageHandler<WebSocketFrameDecoder>.self)
+                    try sync.addHandler(WebSocketLengthCheck(), position: .before(decoder.handler))
                     try sync.addHandler(
                         WebSocketTransportHandler(
                             maxFrameBytes: configuration.maxFrameBytes,

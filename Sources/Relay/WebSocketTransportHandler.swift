@@ -199,6 +199,11 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is WebSocketProtocolViolation { return fail(context, .protocolError) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     static func isValidCloseCode(_ code: UInt16) -> Bool {
         switch code {
         // 1012–1014 are registered with IANA since RFC 6455 (restart, try again later, bad
