@@ -37,7 +37,13 @@ public struct ModelServer: BatchServer {
             case (.requestReadTodos(let read), .read(let result)):
                 return [Emission(.responseTodos(read, result), .internal)]
             case (.requestWriteTodo(let write), .write(let result)):
-                return [Emission(.responseTodo(write, result), .internal)]
+                // A write whose mid was applied before wrote nothing: a monitor's copy says so
+                // (`"duplicate":true,"applied_seq":N`), as the requester's replies do.
+                var mark: MutationMark?
+                if case .success(let saved) = result, saved.duplicate, let mid = write.mid {
+                    mark = MutationMark(mid: mid, appliedSeq: saved.seq)
+                }
+                return [Emission(.responseTodo(write, result), .internal, mark: mark)]
             default:
                 return []
             }

@@ -206,6 +206,35 @@ import Testing
         }
     }
 
+    /// A monitor sees a duplicate's model-layer answer marked as one: the `ResponseTodo` of a
+    /// write that wrote nothing says `"duplicate":true` and the seq it was applied with, while
+    /// the first write's says neither.
+    @Test func aTapTellsADuplicatesModelAnswerFromAWrite() async throws {
+        try await withDaemon(
+            .custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("tap-secret"), role: .monitor)] })
+        ) { daemon in
+            let (tap, _) = try await daemon.client()
+            try await tap.send(["op": "auth", "token": "tap-secret", "id": "a"])
+            _ = try await tap.json { $0["re"] as? String == "a" }
+            try await tap.send(["op": "subscribe", "types": ["ResponseTodo"], "id": "s"])
+            _ = try await tap.json { $0["re"] as? String == "s" }
+            let (writer, _) = try await daemon.client()
+            let id = try #require(todoID(try await writer.createTodo("Tapped")))
+            let (created, _) = try await tap.json { $0["type"] as? String == "ResponseTodo" }
+            #expect(created["duplicate"] == nil)
+            for re in ["t1", "t2"] {
+                try await writer.send(toggle(id, re: re, mid: "tap:1"))
+                _ = try await writer.json { $0["re"] as? String == re }
+            }
+            let (first, _) = try await tap.json { $0["type"] as? String == "ResponseTodo" }
+            #expect(first["duplicate"] == nil)
+            let (again, _) = try await tap.json { $0["type"] as? String == "ResponseTodo" }
+            #expect(again["mid"] as? String == "tap:1")
+            #expect(again["duplicate"] as? Bool == true)
+            #expect(again["applied_seq"] as? Int == 2)
+        }
+    }
+
     @Test func badMidsAreInvalidFrames() async throws {
         try await withDaemon { daemon in
             let (client, _) = try await daemon.client()
