@@ -313,18 +313,35 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
     }
 
     /// Puts the work in order under the order lock and posts each loop its part at once.
+    ///
+    /// A delivery that is not a broadcast (a reply, a monitor's copy, an answered mark) has its
+    /// place in the stream: after the broadcasts before it in `work`, before the ones after it.
+    /// So it waits until every seq below the next broadcast of `work` is out (a save's reply
+    /// goes out before its own broadcast, never after, even when that broadcast waits for
+    /// another daemon's earlier seqs), or, with no broadcast after it, every seq up to the last
+    /// one before it; with none in `work` at all, every seq handed over so far. Deliveries
+    /// that wait keep their order among themselves.
     private func hand(_ work: [HubWork]) {
+        // For each delivery, the seq of the next broadcast after it in `work`, if any.
+        var nextSeqs = [UInt64?](repeating: nil, count: work.count)
+        var following: UInt64?
+        for index in work.indices.reversed() {
+            if case .broadcast(let frame) = work[index] { following = frame.seq } else { nextSeqs[index] = following }
+        }
         order.withLockedValue { state in
             var parts = Array(repeating: [ShardInboxItem](), count: orderedShards.count)
-            for piece in work {
+            var previous: UInt64?
+            for (index, piece) in work.enumerated() {
                 switch piece {
                 case .broadcast(let frame):
+                    previous = frame.seq
                     accept(frame, into: &parts, state: &state)
                 case .item(let shard, let item):
-                    if state.highestAccepted < state.orderer.next {
+                    let bound = nextSeqs[index].map { max($0, 1) - 1 } ?? previous ?? state.highestAccepted
+                    if state.deferred.isEmpty, bound < state.orderer.next {
                         parts[shard].append(item)
                     } else {
-                        state.deferred.append((state.highestAccepted, shard, item))
+                        state.deferred.append((max(bound, state.deferred.last?.after ?? 0), shard, item))
                     }
                 }
             }
@@ -348,22 +365,29 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         handOut(released, into: &parts, state: &state)
     }
 
-    /// Appends released broadcasts to every loop's part, then the deliveries that waited for
-    /// them. (Each loop's shard decides whether it takes them, and makes their frames.)
+    /// Appends released broadcasts to every loop's part, each preceded by the deliveries that
+    /// waited for the seqs below it, then those that waited for the last of them. (Each loop's
+    /// shard decides whether it takes them, and makes their frames.) `deferred` is in order of
+    /// arrival with rising `after`s, so it is taken from its front.
     private func handOut(
         _ released: [PendingBroadcast],
         into parts: inout [[ShardInboxItem]],
         state: inout HubOrderState
     ) {
-        for index in parts.indices {
-            for frame in released { parts[index].append(.broadcast(frame)) }
+        var taken = 0
+        let deferred = state.deferred
+        for frame in released {
+            while taken < deferred.count, deferred[taken].after < frame.seq {
+                parts[deferred[taken].shard].append(deferred[taken].item)
+                taken += 1
+            }
+            for index in parts.indices { parts[index].append(.broadcast(frame)) }
         }
-        guard let first = state.deferred.first, first.after < state.orderer.next else { return }
-        var kept: [(after: UInt64, shard: Int, item: ShardInboxItem)] = []
-        for entry in state.deferred {
-            if entry.after < state.orderer.next { parts[entry.shard].append(entry.item) } else { kept.append(entry) }
+        while taken < deferred.count, deferred[taken].after < state.orderer.next {
+            parts[deferred[taken].shard].append(deferred[taken].item)
+            taken += 1
         }
-        state.deferred = kept
+        if taken > 0 { state.deferred.removeFirst(taken) }
     }
 
     /// Publishes broadcasts read from the journal (another daemon's, sharing the database) as

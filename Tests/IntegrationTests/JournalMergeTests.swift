@@ -34,4 +34,32 @@ import Testing
             await client.close()
         }
     }
+
+    /// Another daemon's broadcast (seq 2) is followed before this daemon's own save (seq 1) is
+    /// handed over: the save's reply still comes before its broadcast, and both before seq 2;
+    /// a read sent after the save is answered after seq 1, before or after seq 2.
+    @Test func aSavesReplyComesBeforeItsBroadcastWhenLaterSeqsArriveFirst() async throws {
+        try await withDaemon { daemon in
+            let client = try await TestConnection.connect(port: daemon.tcpPort)
+            _ = try await client.json()
+            daemon.relay.hub.publishJournal([entry(2, "from elsewhere")])  // held: seq 1 is not out
+            try await client.send([
+                "type": "RequestUpdateDetailViewModel", "id": "save",
+                "payload": ["todo": ["id": UUID().uuidString, "version": 0], "title": "mine"],
+            ])
+            try await client.send(["type": "RequestTodoViewModels", "id": "list"])
+            var order: [String] = []
+            while order.count < 4 {
+                let frame = try await client.json()
+                let seq = (frame["seq"] as? Int).map { "seq \($0)" }
+                order.append(
+                    [frame["type"] as? String, frame["re"] as? String, seq].compactMap { $0 }.joined(separator: " ")
+                )
+            }
+            #expect(
+                Array(order.prefix(2)) == ["ResponseUpdateDetailViewModel save", "ResponseTodoViewModel save seq 1"]
+            )
+            #expect(Set(order.suffix(2)) == ["ResponseTodoViewModel seq 2", "ResponseTodoViewModels list"])
+        }
+    }
 }
