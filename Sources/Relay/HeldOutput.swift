@@ -40,4 +40,8 @@ enum HoldResult: Equatable {
     case held
     /// Held, and what is held is now over the outbound bound: cut the client.
     case heldOverBound
+    /// The start hold would have gone over the outbound bound, so it is over: these frames
+    /// (everything it held, the offered one last) go out now as live output. A client is never
+    /// cut for what arrived before it could read anything.
+    case released([ByteBuffer])
 }

@@ -739,8 +739,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     ) -> Bool {
         guard !lifecycle.isClosing else { return false }
         if isHoldingLiveOutput {
-            for frame in frames { _ = hold(frame.plain, seq: frame.seq) }
-            return false
+            // The hold may end part way (too much to hold): the rest goes out live.
+            var wrote = false
+            for frame in frames where !hold(frame.plain, seq: frame.seq) {
+                write(frame.plain)
+                wrote = true
+            }
+            return wrote ? markPending() : false
         }
         let whole: ByteBuffer?
         switch runFraming {
@@ -810,6 +815,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return true
         case .heldOverBound:
             slowConsumer()
+            return true
+        case .released(let frames):
+            for frame in frames { write(frame) }
+            flush()
             return true
         }
     }

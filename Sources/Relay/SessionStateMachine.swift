@@ -173,19 +173,24 @@ struct SessionStateMachine {
         }
     }
 
-    /// Live output to send: held if the start hold is on.
+    /// Live output to send: held if the start hold is on. What would take the hold over the
+    /// outbound bound ends it instead: everything held goes out (the hold only keeps an early
+    /// resume in order; the bound is for what a client does not read, and a client that has
+    /// just connected has had no chance to read).
     mutating func hold(_ frame: ByteBuffer, seq: UInt64?, maxBytes: Int, maxFrames: Int) -> HoldResult {
         switch state {
         case .holdingLiveOutput(var held):
             state = .live  // so that `held` is the only reference and appending does not copy
             let over = held.append(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
+            if over { return .released(held.frames) }
             state = .holdingLiveOutput(held)
-            return over ? .heldOverBound : .held
+            return .held
         case .disconnected(held: .some(var held)):
             state = .disconnected(held: nil)
             let over = held.append(frame, seq: seq, maxBytes: maxBytes, maxFrames: maxFrames)
+            if over { return .released(held.frames) }
             state = .disconnected(held: held)
-            return over ? .heldOverBound : .held
+            return .held
         case .notStarted, .live, .closing, .closed, .disconnected(held: .none):
             return .notHeld
         }

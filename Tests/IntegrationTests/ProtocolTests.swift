@@ -393,6 +393,34 @@ import TodoStore
     /// and still gets every frame it was sent whole, then the notice, then the close, however
     /// many grace periods its backlog takes it: only a client that takes nothing for a whole
     /// grace period is closed before its last frames are out.
+    /// A client that has just connected and sent nothing yet has its live output held (the
+    /// start hold). More than the outbound bound arriving meanwhile ends the hold rather than
+    /// cutting the client, which has had no chance to read: it gets every broadcast, in order.
+    @Test func aFloodDuringTheStartHoldEndsTheHoldInsteadOfCuttingTheClient() async throws {
+        try await withDaemon(
+            .custom({ options in
+                options.relay.initialHoldMs = 10_000
+                options.relay.maxQueueBytes = 64 << 10
+                options.relay.rateLimitPerSecond = 1_000_000
+                options.relay.rateLimitBurst = 1_000_000
+            })
+        ) { daemon in
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo(String(repeating: "Flood ", count: 150))
+            let id = try #require(todoID(created))
+            let first = try #require(created["seq"] as? Int)
+            let reader = try await TestConnection.connect(port: daemon.tcpPort)
+            #expect(try await reader.json()["op"] as? String == "hello")
+            try await toggle(id, times: 300, from: writer)
+            for expected in (first + 1)...(first + 300) {
+                let frame = try await reader.json()
+                #expect(frame["error"] == nil, "\(frame)")
+                #expect(frame["seq"] as? Int == expected)
+                if frame["seq"] as? Int != expected { break }
+            }
+        }
+    }
+
     @Test func aSlowReaderThatIsCutGetsWholeFramesThenTheNotice() async throws {
         try await withDaemon(.slowReaderCut) { daemon in
             let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)

@@ -36,15 +36,19 @@ import Testing
         #expect(machine.hold(frame("c"), seq: 8, maxBytes: 100, maxFrames: 10) == .notHeld)
     }
 
-    @Test func tooMuchHeldAtStartIsASlowConsumer() {
+    /// More than the bound arriving during the start hold ends the hold: everything held goes
+    /// out, in order, and what follows is live. The client is not cut for it.
+    @Test func tooMuchHeldAtStartEndsTheHold() {
         var machine = SessionStateMachine()
         _ = machine.start(initialHoldMilliseconds: 250)
         #expect(machine.hold(frame("12345"), seq: 1, maxBytes: 8, maxFrames: 10) == .held)
-        #expect(machine.hold(frame("12345"), seq: 2, maxBytes: 8, maxFrames: 10) == .heldOverBound)
-        #expect(machine.close(.slowConsumer) == .cutSlowConsumer)
-        #expect(machine.isClosing)
-        // Nothing held is sent once the session is closing.
-        #expect(!machine.isHoldingLiveOutput)
+        #expect(
+            machine.hold(frame("67890"), seq: 2, maxBytes: 8, maxFrames: 10)
+                == .released([frame("12345"), frame("67890")])
+        )
+        #expect(machine.state == .live)
+        #expect(!machine.isClosing)
+        #expect(machine.hold(frame("c"), seq: 3, maxBytes: 8, maxFrames: 10) == .notHeld)
         #expect(machine.releaseStartHold() == .none)
     }
 
@@ -53,7 +57,24 @@ import Testing
         _ = machine.start(initialHoldMilliseconds: 250)
         #expect(machine.hold(frame("a"), seq: 1, maxBytes: 1_000, maxFrames: 2) == .held)
         #expect(machine.hold(frame("b"), seq: 2, maxBytes: 1_000, maxFrames: 2) == .held)
-        #expect(machine.hold(frame("c"), seq: 3, maxBytes: 1_000, maxFrames: 2) == .heldOverBound)
+        #expect(
+            machine.hold(frame("c"), seq: 3, maxBytes: 1_000, maxFrames: 2)
+                == .released([frame("a"), frame("b"), frame("c")])
+        )
+        #expect(machine.state == .live)
+    }
+
+    @Test func aDisconnectedSessionsHoldEndsTheSameWay() {
+        var machine = SessionStateMachine()
+        _ = machine.start(initialHoldMilliseconds: 250)
+        _ = machine.stop()
+        #expect(machine.hold(frame("1234"), seq: 1, maxBytes: 6, maxFrames: 10) == .held)
+        #expect(
+            machine.hold(frame("5678"), seq: 2, maxBytes: 6, maxFrames: 10)
+                == .released([frame("1234"), frame("5678")])
+        )
+        #expect(machine.state == .disconnected(held: nil))
+        #expect(!machine.isHoldingLiveOutput)
     }
 
     @Test func aResumeTakesTheStartHoldOver() {
