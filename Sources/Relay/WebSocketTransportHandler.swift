@@ -156,7 +156,17 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         if messageCompressed, let codec {
             switch codec.inflate(complete, maxBytes: keptBytes, allocator: context.channel.allocator) {
             case .success(let inflated): complete = inflated
-            case .failure(.tooLarge): return context.fireChannelRead(wrapInboundOut(.tooLarge))
+            case .failure(.tooLarge):
+                // The message is its inflated bytes: over the hard cap it closes 1009, as an
+                // uncompressed one would (inflated again only as far as the cap, then dropped).
+                if case .failure(.tooLarge) = codec.inflate(
+                    complete,
+                    maxBytes: hardCap,
+                    allocator: context.channel.allocator
+                ) {
+                    return fail(context, .messageTooLarge)
+                }
+                return context.fireChannelRead(wrapInboundOut(.tooLarge))
             case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
             }
         }

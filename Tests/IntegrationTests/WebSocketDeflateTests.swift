@@ -89,6 +89,24 @@ import Testing
         }
     }
 
+    /// A compressed message is as large as its inflated bytes: over the hard cap it closes
+    /// 1009 as an uncompressed one would, however small it is on the wire; inflated only as far
+    /// as the cap.
+    @Test func aCompressedMessageOverTheHardCapCloses1009() async throws {
+        try await withDaemon(.custom({ $0.relay.webSocketHardCapBytes = 100_000 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, headers: [Self.offer]).0)
+            _ = try await ws.receiveFrame()
+            // Over max_frame_bytes, under the cap: frame_too_large, the connection kept.
+            try await ws.send(opcode: 0x1, try Self.compress(String(repeating: " ", count: 99_000) + "{}"), rsv: 0x40)
+            #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+            // Over the cap (10 MB inflated, a few KB sent): 1009.
+            let bomb = try Self.compress(String(repeating: " ", count: 10_000_000) + "{}")
+            #expect(bomb.count < 100_000)
+            try await ws.send(opcode: 0x1, bomb, rsv: 0x40)
+            #expect(try await ws.receiveClose() == 1009)
+        }
+    }
+
     @Test func compressionCanBeTurnedOffAndOffersAreCheckedStrictly() async throws {
         try await withDaemon(.custom({ $0.relay.webSocketCompression = false })) { daemon in
             let (_, status) = try await RawWebSocket.open(port: daemon.httpPort, headers: [Self.offer])
