@@ -434,7 +434,7 @@ struct RawWebSocket {
     /// sends half a request, and one kept alive after its answer, are closed; a WebSocket
     /// opened before them has no deadline once upgraded.
     @Test func slowOrIdleHTTPConnectionsAreClosedAndUpgradedOnesAreNot() async throws {
-        try await withDaemon(.custom({ $0.relay.handshakeTimeoutMs = 300 })) { daemon in
+        try await withDaemon(.custom({ $0.relay.handshakeTimeoutMs = 2_000 })) { daemon in
             let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
             _ = try await ws.receiveJSON()
             let half = try await TestConnection.connect(port: daemon.httpPort)
@@ -621,7 +621,7 @@ struct RawWebSocket {
     let files = try DevCertificate.ensure(in: temporaryDirectory())
     let setup = DaemonSetup.tls(files) { options in
         options.listeners.tls = .init(host: "127.0.0.1", port: 0)
-        options.relay.handshakeTimeoutMs = 300
+        options.relay.handshakeTimeoutMs = 2_000
     }
     try await withDaemon(setup) { daemon in
         let port = try #require(daemon.addresses.tls?.port)
