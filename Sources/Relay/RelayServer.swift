@@ -350,7 +350,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         )
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.webSocketHardCapBytes,
-            automaticErrorHandling: true,
+            // The transport handler closes on the decoder's errors itself (and reads on after its
+            // close frame, so that the client's unread bytes do not reset the connection).
+            automaticErrorHandling: false,
             shouldUpgrade: { channel, head in
                 let path = HTTPHandler.path(of: head.uri)
                 // RFC 6455 §4.1: the opening handshake is a GET (anything else is answered by

@@ -40,11 +40,18 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         case open
         case received(WebSocketErrorCode)
         case sent
+        /// Closed by this handler for a violation: its close frame is out and the output shut,
+        /// and what the client still sends is read and dropped until it closes (or
+        /// `closeTimeout`), so that its unread bytes do not reset the connection before it has
+        /// read the close frame.
+        case lingering
     }
 
     private var closeSent: Bool {
-        if case .sent = closing { return true }
-        return false
+        switch closing {
+        case .sent, .lingering: return true
+        case .open, .received: return false
+        }
     }
     private let deflate: PerMessageDeflate?
     private let codec: DeflateCodec?
@@ -228,16 +235,32 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         close(context, code)
     }
 
-    /// Sends a close frame (once), then closes the connection.
+    /// Sends a close frame (once), then shuts the output and reads on until the client closes,
+    /// for at most `closeTimeout` (`lingering`).
     private func close(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode) {
         guard !closeSent else { return }
-        closing = .sent
+        closing = .lingering
         context.fireUserInboundEventTriggered(LeaveSocket())
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
         let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
+        let linger = closeTimeout
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in
+            channel.close(mode: .output, promise: nil)
+            channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
+        }
+    }
+
+    /// NIO's frame decoder's errors close as RFC 6455 says (a frame over the hard cap 1009, a
+    /// bad control frame 1002); after this handler's close frame, errors are what the client
+    /// still sends, and are dropped with it.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case .lingering = closing { return }
+        if let error = error as? NIOWebSocketError {
+            return fail(context, error == .invalidFrameLength ? .messageTooLarge : .protocolError)
+        }
+        context.fireErrorCaught(error)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -341,7 +341,7 @@ struct RawWebSocket {
     @Test(arguments: [
         ("unmasked", 1002), ("invalid UTF-8", 1007), ("continuation first", 1002), ("reserved bits", 1002),
         ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009), ("close reason not UTF-8", 1007),
-        ("length's top bit", 1002),
+        ("length's top bit", 1002), ("one frame over the hard cap", 1009),
     ])
     func protocolViolationsCloseWithTheRightCode(_ violation: String, _ expected: Int) async throws {
         try await withDaemon { daemon in
@@ -355,6 +355,10 @@ struct RawWebSocket {
             case "bad close code": try await ws.send(opcode: 0x8, [0x03, 0xEC])  // 1004
             case "close": try await ws.send(opcode: 0x8, [0x03, 0xE8])
             case "close reason not UTF-8": try await ws.send(opcode: 0x8, [0x03, 0xE8, 0x61, 0xFF])
+            case "one frame over the hard cap":
+                // Sent whole: the daemon reads on after its close frame, so the client's unread
+                // bytes do not reset the connection before the close frame is read.
+                try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: (1 << 20) + 1000))
             case "length's top bit":
                 try await ws.connection.sendBytes([0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 2, 1, 2, 3, 4, 0x7A, 0x7F])
             default:
