@@ -281,3 +281,72 @@ def test_a_second_daemon_on_a_data_dir_in_use_does_not_start(daemon_factory):
     sock, reader, hello = line_client(first.tcp_port)
     assert hello["seq"] == 1, hello
     sock.close()
+
+
+# The unit's SystemCallFilter refuses @resources; with SystemCallErrorNumber=EPERM a refused
+# call fails instead of killing the process. The Swift runtime's thread pool calls setpriority
+# (in @resources): the daemon must start and serve when it is refused, as it is under the unit.
+_SETPRIORITY_X86_64 = 141
+
+
+def _refuse_setpriority():
+    """In the child before exec: a seccomp filter answering setpriority with EPERM (x86_64)."""
+    import ctypes
+    import struct
+
+    def op(code, jt, jf, k):
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    program = b"".join([
+        op(0x20, 0, 0, 4),                      # A = seccomp_data.arch
+        op(0x15, 0, 3, 0xC000003E),             # not x86_64: allow
+        op(0x20, 0, 0, 0),                      # A = seccomp_data.nr
+        op(0x15, 0, 1, _SETPRIORITY_X86_64),    # setpriority: EPERM
+        op(0x06, 0, 0, 0x00050000 | 1),
+        op(0x06, 0, 0, 0x7FFF0000),             # everything else: allow
+    ])
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(program)
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+
+
+def test_the_unit_refuses_system_calls_without_killing_and_the_daemon_runs_refused(tmp_path):
+    unit = (REPO / "systemd" / "todostreamd.service").read_text()
+    assert "SystemCallFilter=" in unit
+    assert "SystemCallErrorNumber=EPERM" in unit, "a refused call must not kill the daemon"
+    assert os.uname().machine == "x86_64", "the filter below is written for x86_64"
+    # The filter works: a plain setpriority is refused under it.
+    probe = subprocess.run(["python3", "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, 0)"],
+                           preexec_fn=_refuse_setpriority, capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe.stderr
+    check = subprocess.run([daemon_binary(), "check-config", str(REPO / "config" / "todostreamd.yaml")],
+                           preexec_fn=_refuse_setpriority, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    data = tmp_path / "data"
+    ports = tmp_path / "ports.json"
+    daemon = subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",
+                               "--http-listen", "off", "--port-file", str(ports)],
+                              preexec_fn=_refuse_setpriority, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ports.exists() and ports.stat().st_size > 0):
+            assert daemon.poll() is None, daemon.stderr.read()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        port = json.loads(ports.read_text())["tcp"]
+        sock, reader, _ = line_client(port)
+        saved = create_todo(sock, reader, "under the filter", "f")
+        assert saved["seq"] == 1, saved
+        sock.close()
+    finally:
+        daemon.terminate()
+        assert daemon.wait(timeout=60) == 0, daemon.stderr.read()
