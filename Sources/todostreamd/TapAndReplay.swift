@@ -139,21 +139,34 @@ struct Tap: AsyncParsableCommand {
             var lines = Lines(inbound: inbound).makeAsyncIterator()
             try await expectHello(&lines, on: channel, from: address)
             try await authenticate(&lines, outbound, token: token, as: "tap", role: "monitor")
+            // A session starts subscribed to Response*: only the types asked for are wanted.
+            try await outbound.write(
+                ByteBuffer(string: jsonLine(["op": "unsubscribe", "types": ["Response*"], "id": "tap-unsub"]) + "\n")
+            )
             try await outbound.write(
                 ByteBuffer(string: jsonLine(["op": "subscribe", "types": types, "id": "tap-sub"]) + "\n")
             )
             while let line = try await lines.next() {
                 let frame = jsonObject(line)
-                if let re = frame?["re"] as? String, re == "tap-sub" {
+                if let re = frame?["re"] as? String, re == "tap-sub" || re == "tap-unsub" {
                     if let error = frame?["error"] as? [String: Any] {
                         fail("tap refused: \(error["message"] as? String ?? "error")")
                     }
                     continue
                 }
+                // Events of other types (one that came before the unsubscribe) are not printed.
+                if let type = frame?["type"] as? String, !Self.matches(type, types) { continue }
                 FileHandle.standardOutput.write(Data((line + "\n").utf8))
             }
             FileHandle.standardError.write(Data("tap: the daemon closed the connection\n".utf8))
         }
+    }
+}
+
+extension Tap {
+    /// Whether `type` is named by one of `patterns` (a name, or a prefix ending in `*`).
+    static func matches(_ type: String, _ patterns: [String]) -> Bool {
+        patterns.contains { $0.hasSuffix("*") ? type.hasPrefix($0.dropLast()) : type == $0 }
     }
 }
 

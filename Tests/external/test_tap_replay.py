@@ -40,6 +40,36 @@ def test_tap_prints_model_layer_events_with_their_session(daemon):
         tap.wait()
 
 
+@pytest.mark.daemon_args("--monitor-token", "tap-token-123")
+def test_tap_types_prints_only_those_types(daemon):
+    tap = subprocess.Popen([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}",
+                            "--token", "tap-token-123", "--types", "RequestWriteTodo"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sock, reader, _ = line_client(daemon.tcp_port)
+        seen = []
+        attempt = 0
+        while not any(frame.get("type") == "RequestWriteTodo" for frame in seen):
+            assert attempt < 50, f"the tap printed no RequestWriteTodo: {seen}"
+            create_todo(sock, reader, f"tapped {attempt}", f"t{attempt}")
+            attempt += 1
+            while select.select([tap.stdout], [], [], 0.2)[0]:
+                line = tap.stdout.readline()
+                assert line, tap.stderr.read()
+                seen.append(json.loads(line))
+        # One more write: whatever the tap prints of it is its RequestWriteTodo alone.
+        create_todo(sock, reader, "last", "last")
+        while select.select([tap.stdout], [], [], 1.0)[0]:
+            line = tap.stdout.readline()
+            if not line:
+                break
+            seen.append(json.loads(line))
+        assert {frame.get("type") for frame in seen} == {"RequestWriteTodo"}, seen
+    finally:
+        tap.kill()
+        tap.wait()
+
+
 def test_tap_without_a_monitor_token_fails_clearly(daemon):
     result = subprocess.run([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}", "--token", "nope"],
                             capture_output=True, text=True, timeout=30)
