@@ -14,24 +14,30 @@ from conftest import daemon_binary
 from test_systemd import create_todo, line_client, read_until, send
 
 
+def _write_until_tapped(tap, sock, reader, event_type):
+    """The tap prints nothing of its own, so its subscription is visible only through what it
+    prints: make a change, and another, until one of `event_type` shows (bounded); returns
+    every frame the tap printed."""
+    seen = []
+    attempt = 0
+    while not any(frame.get("type") == event_type for frame in seen):
+        assert attempt < 50, f"the tap printed no {event_type}: {seen}"
+        create_todo(sock, reader, f"tapped {attempt}", f"t{attempt}")
+        attempt += 1
+        while select.select([tap.stdout], [], [], 0.2)[0]:
+            line = tap.stdout.readline()
+            assert line, tap.stderr.read()
+            seen.append(json.loads(line))
+    return seen
+
+
 @pytest.mark.daemon_args("--monitor-token", "tap-token-123")
 def test_tap_prints_model_layer_events_with_their_session(daemon):
     tap = subprocess.Popen([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}",
                             "--token", "tap-token-123"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # The tap prints nothing of its own, so its subscription is visible only through what it
-        # prints: make a change, and another, until one shows (bounded).
         sock, reader, hello = line_client(daemon.tcp_port)
-        seen = []
-        attempt = 0
-        while not any(frame.get("type") == "ResponseTodo" for frame in seen):
-            assert attempt < 50, f"the tap printed no ResponseTodo: {seen}"
-            create_todo(sock, reader, f"tapped {attempt}", f"t{attempt}")
-            attempt += 1
-            while select.select([tap.stdout], [], [], 0.2)[0]:
-                line = tap.stdout.readline()
-                assert line, tap.stderr.read()
-                seen.append(json.loads(line))
+        seen = _write_until_tapped(tap, sock, reader, "ResponseTodo")
         names = [frame["type"] for frame in seen]
         assert "RequestWriteTodo" in names
         assert all(frame.get("session") == hello["session"] for frame in seen if "seq" not in frame)
@@ -47,16 +53,7 @@ def test_tap_types_prints_only_those_types(daemon):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         sock, reader, _ = line_client(daemon.tcp_port)
-        seen = []
-        attempt = 0
-        while not any(frame.get("type") == "RequestWriteTodo" for frame in seen):
-            assert attempt < 50, f"the tap printed no RequestWriteTodo: {seen}"
-            create_todo(sock, reader, f"tapped {attempt}", f"t{attempt}")
-            attempt += 1
-            while select.select([tap.stdout], [], [], 0.2)[0]:
-                line = tap.stdout.readline()
-                assert line, tap.stderr.read()
-                seen.append(json.loads(line))
+        seen = _write_until_tapped(tap, sock, reader, "RequestWriteTodo")
         # One more write: whatever the tap prints of it is its RequestWriteTodo alone.
         create_todo(sock, reader, "last", "last")
         while select.select([tap.stdout], [], [], 1.0)[0]:
