@@ -32,6 +32,10 @@ public struct ClientConfiguration: Sendable {
     public var eventBufferCapacity: Int
     /// The longest frame accepted from the daemon.
     public var maxFrameBytes: Int
+    /// The daemon's `limits.max_frame_bytes`: a request longer than this is refused here,
+    /// unsent (the daemon would drop it, answering `frame_too_large` with no `re` to tell which
+    /// request it was).
+    public var maxRequestBytes: Int
     public var logger: Logger
 
     public init(
@@ -44,6 +48,7 @@ public struct ClientConfiguration: Sendable {
         outboxCapacity: Int = 1024,
         eventBufferCapacity: Int = 4096,
         maxFrameBytes: Int = 1 << 20,
+        maxRequestBytes: Int = 65_536,
         logger: Logger = Logger(label: "todostream.client", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.endpoint = endpoint
@@ -55,6 +60,7 @@ public struct ClientConfiguration: Sendable {
         self.outboxCapacity = outboxCapacity
         self.eventBufferCapacity = eventBufferCapacity
         self.maxFrameBytes = maxFrameBytes
+        self.maxRequestBytes = maxRequestBytes
         self.logger = logger
     }
 }

@@ -33,6 +33,9 @@ public actor TodostreamClient {
     private var finished = false
     /// Why the client stopped, when the daemon stopped it (a refused token).
     private var stopReason: ClientError?
+
+    /// Why `run()` returned, when the daemon ended it (a refused token); nil otherwise.
+    public var stoppedBecause: ClientError? { stopReason }
     /// Why the last connection attempt failed, in a person's words (nil once one succeeded):
     /// said with a request that times out before any connection worked.
     private var connectionProblem: String?
@@ -182,10 +185,18 @@ public actor TodostreamClient {
         guard let expected = Self.answerKind(of: event) else {
             throw ClientError(.rejected, "\(event.name) cannot be published by a view.", serverCode: "not_permitted")
         }
-        frameCounter += 1
-        let id = "c\(frameCounter)"
+        let id = "c\(frameCounter + 1)"
         let mid = Self.isWrite(event) ? mutationIDs.next() : nil
         let frame = OutgoingFrame.request(event, id: id, mid: mid)
+        guard frame.count <= configuration.maxRequestBytes else {
+            throw ClientError(
+                .rejected,
+                "The request is \(frame.count) bytes, over the daemon's frame limit of "
+                    + "\(configuration.maxRequestBytes) (limits.max_frame_bytes); nothing was sent.",
+                serverCode: "frame_too_large"
+            )
+        }
+        frameCounter += 1
         switch outbox.enqueue(id: id, mid: mid, frame: frame, connectionReady: machine.isReady && channel != nil) {
         case .full:
             throw ClientError(

@@ -110,6 +110,8 @@ struct Watch: AsyncParsableCommand {
                     }
                 }
             }
+            // It ends by itself only when the daemon refused it (a bad token): say why.
+            if let reason = await client.stoppedBecause { throw CLIFailure(reason) }
         }
     }
 

@@ -69,6 +69,21 @@ import TodostreamClient
             proxy.refuse(true)
             #expect(await exitCode(["list", "--timeout", "0.3", "--url", "tcp://127.0.0.1:\(proxy.port)"]) == 3)
             await proxy.stop()
+            // A request over the daemon's frame limit is refused before it is sent: the
+            // daemon's refusal could not be told from no answer. Nothing was applied.
+            #expect(await exitCode(["add", String(repeating: "a", count: 70_000), "--url", url]) == 4)
+            #expect(try await daemonList(daemon).isEmpty)
+        }
+    }
+
+    /// `watch` with a token the daemon refuses stops and says so (exit 4), as `list` does.
+    @Test func watchWithARefusedTokenStops() async throws {
+        let setup = DaemonSetup.custom {
+            $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret-1"), role: .view)]
+        }
+        try await withDaemon(setup) { daemon in
+            let url = "tcp://127.0.0.1:\(daemon.tcpPort)"
+            #expect(await exitCode(["watch", "--token", "not-the-token", "--url", url]) == 4)
         }
     }
 }
