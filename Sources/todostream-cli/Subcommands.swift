@@ -94,7 +94,7 @@ struct Watch: AsyncParsableCommand {
         let json = self.json
         try await reporting {
             let client = try connection.makeClient()
-            await withTaskGroup(of: Void.self) { group in
+            try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await client.run() }
                 group.addTask {
                     // A daemon that stays unreachable is said once per reason, not per attempt.
@@ -106,16 +106,34 @@ struct Watch: AsyncParsableCommand {
                         } else if case .connected = event {
                             unreachable = nil
                         }
-                        await Watch.show(event, json: json, client: client)
+                        do {
+                            try await Watch.show(event, json: json, client: client)
+                        } catch {
+                            await client.close()
+                            throw error
+                        }
                     }
                 }
+                try await group.waitForAll()
             }
             // It ends by itself only when the daemon refused it (a bad token): say why.
             if let reason = await client.stoppedBecause { throw CLIFailure(reason) }
         }
     }
 
-    private static func show(_ event: ClientEvent, json: Bool, client: TodostreamClient) async {
+    /// Asks for the whole list (it is printed when its reply comes, as an event). A daemon that
+    /// wants a token this client does not have ends the watch (exit 4), as it ends `list`.
+    private static func refetch(_ client: TodostreamClient) async throws {
+        do {
+            _ = try await client.request(.requestTodoViewModels)
+        } catch let error as ClientError where error.serverCode == "unauthorized" {
+            throw CLIFailure(ClientError(.unauthorized, "The daemon requires a token: give it with --token."))
+        } catch {
+            // Anything else (a lost connection, no answer in time): the next connection asks again.
+        }
+    }
+
+    private static func show(_ event: ClientEvent, json: Bool, client: TodostreamClient) async throws {
         switch event {
         case .connected(let resumed):
             if json {
@@ -124,10 +142,10 @@ struct Watch: AsyncParsableCommand {
                 output(resumed ? "-- resumed" : "-- connected")
             }
             // A new connection (or a reset) shows the whole list again.
-            if !resumed { try? await client.send(.requestTodoViewModels) }
+            if !resumed { try await refetch(client) }
         case .reset(let seq):
             output(json ? #"{"event":"reset","seq":\#(seq)}"# : "-- missed changes up to seq \(seq); refetching")
-            try? await client.send(.requestTodoViewModels)
+            try await refetch(client)
         case .disconnected:
             output(json ? #"{"event":"disconnected"}"# : "-- disconnected; reconnecting")
         case .unreachable(let reason):
@@ -137,7 +155,7 @@ struct Watch: AsyncParsableCommand {
             if json {
                 for row in rows { output(line(row, seq: nil, kind: "row")) }
             } else {
-                output("-- \(rows.count) todos")
+                output("-- \(rows.count) \(rows.count == 1 ? "todo" : "todos")")
                 for row in rows { output(describe(row)) }
             }
         case .event(.responseTodoViewModel(.success(let row)), let seq):

@@ -84,6 +84,8 @@ import TodostreamClient
         try await withDaemon(setup) { daemon in
             let url = "tcp://127.0.0.1:\(daemon.tcpPort)"
             #expect(await exitCode(["watch", "--token", "not-the-token", "--url", url]) == 4)
+            // Without a token it does not connect and wait in silence: it says one is needed.
+            #expect(await exitCode(["watch", "--url", url]) == 4)
         }
     }
 }
