@@ -20,23 +20,34 @@ struct Connector: Sendable {
             sslContext = nil
             return
         }
+        // Each file on its own, so that a failure names it in plain words (BoringSSL's own
+        // errors hold build paths).
+        func load<T>(_ what: String, _ path: String, _ read: () throws -> T) throws(ClientError) -> T {
+            do {
+                return try read()
+            } catch {
+                throw ClientError(.invalidTLSConfiguration, "\(what) \(path) holds no PEM data it can use.")
+            }
+        }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let caFile = configuration.tls.caFile {
+            let roots = try load("The CA file", caFile) { try NIOSSLCertificate.fromPEMFile(caFile) }
+            tls.trustRoots = .certificates(roots)
+        }
+        if let certificateFile = configuration.tls.certificateFile {
+            tls.certificateChain = try load("The certificate file", certificateFile) {
+                try NIOSSLCertificate.fromPEMFile(certificateFile).map { .certificate($0) }
+            }
+            guard let keyFile = configuration.tls.keyFile else {
+                throw ClientError(.invalidTLSConfiguration, "A client certificate needs its key (--key).")
+            }
+            let key = try load("The key file", keyFile) { try NIOSSLPrivateKey(file: keyFile, format: .pem) }
+            tls.privateKey = .privateKey(key)
+        }
         do {
-            var tls = TLSConfiguration.makeClientConfiguration()
-            if let caFile = configuration.tls.caFile {
-                tls.trustRoots = .file(caFile)
-            }
-            if let certificateFile = configuration.tls.certificateFile {
-                tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificateFile).map { .certificate($0) }
-                guard let keyFile = configuration.tls.keyFile else {
-                    throw ClientError(.invalidTLSConfiguration, "A client certificate needs its key (--key).")
-                }
-                tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem))
-            }
             sslContext = try NIOSSLContext(configuration: tls)
-        } catch let error as ClientError {
-            throw error
         } catch {
-            throw ClientError(.invalidTLSConfiguration, "The TLS files could not be used: \(error).")
+            throw ClientError(.invalidTLSConfiguration, "The client certificate and key do not go together.")
         }
     }
 

@@ -240,6 +240,12 @@ public actor TodostreamClient {
             return "the daemon does not speak TLS there"
         }
         if error is Connector.UpgradeRefused { return "the daemon refused the WebSocket upgrade (its path is /events)" }
+        if text.contains("invalid constant string") || text.contains("HTTPParserError") {
+            return "no HTTP there (WebSocket is on the daemon's HTTP listener, not its NDJSON port)"
+        }
+        if text.contains("Inappropriate operation for state") || text.contains("unsupportedOperation") {
+            return "no plain HTTP there (a TLS listener? use wss://)"
+        }
         if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
             return problem(first.error)
         }

@@ -59,6 +59,9 @@ import TodostreamClient
             #expect(await exitCode(["add", "x", "--priority", "urgent", "--url", url]) == 64)
             #expect(await exitCode(["list", "--timeout", "0", "--url", url]) == 64)
             #expect(await exitCode(["list", "--ca-file", "/nowhere/ca.pem", "--url", url]) == 64)
+            let notPEM = NSTemporaryDirectory() + "todostream-not-pem-\(UUID().uuidString)"
+            try Data("not a certificate\n".utf8).write(to: URL(fileURLWithPath: notPEM))
+            #expect(await exitCode(["list", "--ca-file", notPEM, "--url", "tls://127.0.0.1:1"]) == 64)
             #expect(await exitCode(["list", "--cert", "/nowhere/cert.pem", "--url", url]) == 64)
             // An edit of a todo that is not stored is the app's refusal (not_found), and
             // creates nothing.
