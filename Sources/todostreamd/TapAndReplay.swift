@@ -71,13 +71,14 @@ func expectHello(
     on channel: any Channel,
     from address: String,
     within: TimeAmount = .seconds(10)
-) async throws {
+) async throws -> [String: Any] {
     let giveUp = channel.eventLoop.scheduleTask(in: within) { channel.close(promise: nil) }
-    let hello = try? await lines.next()
+    let line = try? await lines.next()
     giveUp.cancel()
-    guard let hello, jsonObject(hello)?["op"] as? String == "hello" else {
+    guard let line, let hello = jsonObject(line), hello["op"] as? String == "hello" else {
         fail("\(address) did not greet like todostreamd")
     }
+    return hello
 }
 
 /// Sends `auth` with `token` and reads its answer: fails with a clear line when the token is
@@ -137,7 +138,7 @@ struct Tap: AsyncParsableCommand {
         let address = connect
         try await client.channel.executeThenClose { inbound, outbound in
             var lines = Lines(inbound: inbound).makeAsyncIterator()
-            try await expectHello(&lines, on: channel, from: address)
+            _ = try await expectHello(&lines, on: channel, from: address)
             try await authenticate(&lines, outbound, token: token, as: "tap", role: "monitor")
             // A session starts subscribed to Response*: only the types asked for are wanted.
             try await outbound.write(
@@ -219,8 +220,13 @@ struct Replay: AsyncParsableCommand {
         var differences = 0
         try await client.channel.executeThenClose { inbound, outbound in
             var replies = Lines(inbound: inbound).makeAsyncIterator()
-            try await expectHello(&replies, on: channel, from: address)
-            if let token { try await authenticate(&replies, outbound, token: token, as: "replay") }
+            let hello = try await expectHello(&replies, on: channel, from: address)
+            if let token {
+                // A monitor may not publish: every request would be refused.
+                try await authenticate(&replies, outbound, token: token, as: "replay", role: "view")
+            } else if hello["auth"] as? String == "required" {
+                fail("replay: the daemon requires a token: give a view token with --token")
+            }
             for (index, line) in lines.enumerated() {
                 let number = index + 1
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
@@ -274,7 +280,11 @@ struct Replay: AsyncParsableCommand {
                 }
             }
         }
-        report("replayed \(published) requests from \(file); \(skipped) lines skipped; \(differences) differences")
+        func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+        report(
+            "replayed \(counted(published, "request")) from \(file); \(counted(skipped, "line")) skipped; "
+                + "\(counted(differences, "difference"))"
+        )
         if differences > 0 { throw ExitCode(2) }
     }
 

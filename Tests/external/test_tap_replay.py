@@ -133,6 +133,22 @@ def test_tap_with_a_view_token_fails_clearly(daemon):
     assert "tap needs a monitor token; this one has the view role" in result.stderr, result.stderr
 
 
+@pytest.mark.daemon_args("--token", "view:replay-view-1", "--token", "monitor:replay-mon-1")
+def test_replay_needs_a_view_token_where_the_daemon_requires_one(daemon, tmp_path):
+    """Without a token, or with a monitor's (a monitor publishes nothing), replay stops at once
+    and says why, rather than sending every request to be refused."""
+    recording = tmp_path / "one.ndjson"
+    recording.write_text(json.dumps({"type": "RequestTodoViewModels", "id": "l"}) + "\n")
+    base = [daemon_binary(), "replay", str(recording), "--connect", f"127.0.0.1:{daemon.tcp_port}"]
+    none = subprocess.run(base, capture_output=True, text=True, timeout=30)
+    assert none.returncode == 1 and "requires a token" in none.stderr, (none.returncode, none.stderr)
+    monitor = subprocess.run(base + ["--token", "replay-mon-1"], capture_output=True, text=True, timeout=30)
+    assert monitor.returncode == 1 and "needs a view token" in monitor.stderr, (monitor.returncode, monitor.stderr)
+    view = subprocess.run(base + ["--token", "replay-view-1"], capture_output=True, text=True, timeout=30)
+    assert view.returncode == 0, view.stderr
+    assert "replayed 1 request " in view.stderr, view.stderr
+
+
 def test_tap_and_replay_give_up_on_a_server_that_never_greets(tmp_path):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
