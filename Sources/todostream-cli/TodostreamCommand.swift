@@ -16,6 +16,7 @@ struct TodostreamCommand: AsyncParsableCommand {
               4   the daemon refused the frame or the token
               64  bad usage: arguments, URL, TLS files
             """,
+        version: "1.0.0",
         subcommands: [List.self, Add.self, Toggle.self, Delete.self, Edit.self, Watch.self]
     )
 }
