@@ -221,6 +221,13 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// A close frame with `code`, the one shape of all three ways this handler closes.
+    private static func closeFrame(_ code: WebSocketErrorCode, _ context: ChannelHandlerContext) -> WebSocketFrame {
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.write(webSocketErrorCode: code)
+        return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+    }
+
     static func isValidCloseCode(_ code: UInt16) -> Bool {
         switch code {
         // 1012–1014 are registered with IANA since RFC 6455 (restart, try again later, bad
@@ -241,9 +248,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         guard !closeSent else { return }
         closing = .lingering
         context.fireUserInboundEventTriggered(LeaveSocket())
-        var data = context.channel.allocator.buffer(capacity: 2)
-        data.write(webSocketErrorCode: code)
-        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        let frame = Self.closeFrame(code, context)
         let channel = context.channel
         let linger = closeTimeout
         context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in
@@ -310,12 +315,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         }
         closing = .sent
         context.fireUserInboundEventTriggered(LeaveSocket())
-        var data = context.channel.allocator.buffer(capacity: 2)
-        data.write(webSocketErrorCode: request.code)
-        context.writeAndFlush(
-            wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)),
-            promise: promise
-        )
+        context.writeAndFlush(wrapOutboundOut(Self.closeFrame(request.code, context)), promise: promise)
     }
 
     /// A close from the daemon goes out as a close frame first: the client's own code echoed
@@ -326,12 +326,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             if case .received(let echoed) = closing { code = echoed }
             closing = .sent
             context.fireUserInboundEventTriggered(LeaveSocket())
-            var data = context.channel.allocator.buffer(capacity: 2)
-            data.write(webSocketErrorCode: code)
-            context.writeAndFlush(
-                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)),
-                promise: nil
-            )
+            context.writeAndFlush(wrapOutboundOut(Self.closeFrame(code, context)), promise: nil)
         }
         context.close(mode: mode, promise: promise)
     }

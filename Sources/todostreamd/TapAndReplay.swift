@@ -1,4 +1,5 @@
 import ArgumentParser
+import EventStream
 import Foundation
 import NIOCore
 import NIOPosix
@@ -133,6 +134,7 @@ struct Tap: AsyncParsableCommand {
         guard let token = token ?? ProcessInfo.processInfo.environment["TODOSTREAM_TAP_TOKEN"] else {
             throw ValidationError("tap needs a monitor token: --token or $TODOSTREAM_TAP_TOKEN")
         }
+        let patterns = types.compactMap(TypePattern.init)
         let client = try await LineClient.connect(connect)
         let channel = client.channel.channel
         let address = connect
@@ -156,18 +158,11 @@ struct Tap: AsyncParsableCommand {
                     continue
                 }
                 // Events of other types (one that came before the unsubscribe) are not printed.
-                if let type = frame?["type"] as? String, !Self.matches(type, types) { continue }
+                if let type = frame?["type"] as? String, !patterns.contains(where: { $0.matches(type) }) { continue }
                 FileHandle.standardOutput.write(Data((line + "\n").utf8))
             }
             FileHandle.standardError.write(Data("tap: the daemon closed the connection\n".utf8))
         }
-    }
-}
-
-extension Tap {
-    /// Whether `type` is named by one of `patterns` (a name, or a prefix ending in `*`).
-    static func matches(_ type: String, _ patterns: [String]) -> Bool {
-        patterns.contains { $0.hasSuffix("*") ? type.hasPrefix($0.dropLast()) : type == $0 }
     }
 }
 
