@@ -9,16 +9,9 @@ import NIOCore
 /// `abandoned`: the replay stops at its next page and nothing more is sent; the session stays
 /// busy unless the replay still reports an end (one already under way).
 ///
-/// What earlier resumes of the connection replayed is remembered (`replayed`): a later one
-/// sends none of it again.
+/// What the connection was sent, live and by earlier resumes, is kept in a `DeliveryLedger`:
+/// a resume sends what it lacks of the types it subscribes to now, and none of it twice.
 struct ResumeStateMachine {
-    /// Seqs `after + 1 ... through`.
-    struct SeqRange: Equatable, Sendable {
-        let after: UInt64
-        let through: UInt64
-
-        func contains(_ seq: UInt64) -> Bool { seq > after && seq <= through }
-    }
 
     /// What a resume replays, worked out when it begins. Read by the task that pages through the
     /// journal.
@@ -37,17 +30,22 @@ struct ResumeStateMachine {
         /// The newest seq the client has once the replay is done, replayed or received live.
         let covered: UInt64
         let pageSize: UInt64
-        /// What earlier resumes of this connection replayed: not sent again.
-        var sent: SeqRange? = nil
+        /// The types the connection subscribes to: those replayed.
+        let types: TypeSet
+        /// What the connection was sent so far, live or replayed, which is not sent again. Nil
+        /// when live output was held since the greeting: then none of it reached the client.
+        var sent: DeliveryLedger? = nil
 
-        /// Where the replay starts: past what an earlier resume sent from `after` on.
+        /// Where the replay starts: past what was sent already from `after` on.
         var start: UInt64 {
-            guard let sent, sent.after <= after, after < sent.through else { return after }
-            return sent.through
+            sent?.firstUnsent(after: after, types: types, through: replayThrough) ?? after
         }
 
-        /// Whether a replayed broadcast goes to the client (an earlier resume did not send it).
-        func sends(_ seq: UInt64) -> Bool { !(sent?.contains(seq) ?? false) }
+        /// Whether a replayed broadcast goes to the client: of a type it subscribes to, and not
+        /// sent to it before.
+        func sends(_ seq: UInt64, typeIndex: Int) -> Bool {
+            types.contains(typeIndex) && !(sent?.wasSent(seq, typeIndex: typeIndex) ?? false)
+        }
 
         /// Whether the journal at `position` can serve this resume (otherwise: `gap`). A seq
         /// this daemon has not broadcast yet but the journal holds (another daemon's, sharing the
@@ -116,9 +114,8 @@ struct ResumeStateMachine {
     }
 
     private(set) var state: State = .idle
-    /// What the connection's resumes have replayed so far (one range: every replay ends at the
-    /// greeting's seq or later, so together they are contiguous).
-    private(set) var replayed: SeqRange?
+    /// What the connection was sent, live and replayed.
+    private(set) var ledger = DeliveryLedger(helloSeq: 0, types: TypeSet())
 
     /// Whether a resume is running: frames from the client wait until it ends.
     var isRunning: Bool {
@@ -129,14 +126,32 @@ struct ResumeStateMachine {
     /// Whether live output is held (or, once abandoned, dropped).
     var isHoldingLiveOutput: Bool { isRunning }
 
-    /// The client sent `resume`. `heldSinceStart` is the live output held since the greeting
-    /// (nil when none was); `helloSeq` the seq the greeting named; `current` the newest seq
+    /// The connection was greeted at `helloSeq`, subscribed to `types`.
+    mutating func greeted(helloSeq: UInt64, types: TypeSet) {
+        ledger = DeliveryLedger(helloSeq: helloSeq, types: types)
+    }
+
+    /// The connection's subscriptions became `types`; `head` is the newest broadcast
+    /// delivered on its loop.
+    mutating func subscriptionsChanged(to types: TypeSet, head: UInt64) {
+        ledger.subscriptionsChanged(to: types, head: head)
+    }
+
+    /// The connection was sent its copy of a broadcast its own write caused.
+    mutating func ownBroadcastSent(seq: UInt64, typeIndex: Int) {
+        ledger.ownBroadcast(seq: seq, typeIndex: typeIndex)
+    }
+
+    /// The client sent `resume`, subscribed to `types`. `heldSinceStart` is the live output
+    /// held since the greeting (nil when none was); `helloSeq` the seq the greeting named;
+    /// `current` the newest seq
     /// broadcast on the session's loop; `released` the newest seq the hub has released to
     /// every loop (at least `current`; every broadcast up to it is already posted to this
     /// loop, ahead of the replay's end).
     mutating func resumeRequested(
         epoch: String,
         after: UInt64,
+        types: TypeSet,
         heldSinceStart: HeldOutput?,
         helloSeq: UInt64,
         current: UInt64,
@@ -146,9 +161,10 @@ struct ResumeStateMachine {
         guard case .idle = state else { return .none }
         // Broadcasts held since the greeting stay held, behind the replay: then the replay
         // covers everything up to the greeting's seq and on to `released`; otherwise the client
-        // may have received everything up to `current` live already.
+        // has received live what its subscriptions let through since the greeting, and the
+        // replay sends the rest up to `current`.
         let held = heldSinceStart != nil
-        let through = held ? max(helloSeq, released) : min(helloSeq, current)
+        let through = held ? max(helloSeq, released) : ledger.lastUnsent(types: types, head: current)
         let plan = Plan(
             epoch: epoch,
             after: after,
@@ -156,7 +172,8 @@ struct ResumeStateMachine {
             replayThrough: through,
             covered: held ? through : current,
             pageSize: UInt64(max(1, pageSize)),
-            sent: replayed
+            types: types,
+            sent: held ? nil : ledger
         )
         state = .replaying(plan, held: heldSinceStart ?? HeldOutput())
         return .replay(plan)
@@ -203,13 +220,7 @@ struct ResumeStateMachine {
             var skipThrough: UInt64 = 0
             if case .resumed(let from, _) = outcome {
                 skipThrough = max(from - 1, plan.replayThrough)
-                if plan.after < plan.replayThrough {
-                    let now = SeqRange(after: plan.after, through: plan.replayThrough)
-                    replayed =
-                        replayed.map {
-                            SeqRange(after: min($0.after, now.after), through: max($0.through, now.through))
-                        } ?? now
-                }
+                ledger.replayed(after: plan.after, through: plan.replayThrough, types: plan.types)
             }
             return .answer(release: held.frames(after: skipThrough))
         }

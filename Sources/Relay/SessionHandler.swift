@@ -228,6 +228,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard case .greet(let holdMilliseconds) = lifecycle.start(initialHoldMilliseconds: configuration.initialHoldMs)
         else { return }
         helloSeq = services.hub.register(self)
+        resumption.greeted(helloSeq: helloSeq, types: types)
         services.hub.metrics.connected(transport)
         let auth = services.settings.auth
         let previousRole = authentication.role
@@ -593,6 +594,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         )
         patterns = next
         types = resolved
+        resumption.subscriptionsChanged(to: resolved, head: services.hub.shard(for: loop)?.head ?? helloSeq)
     }
 
     private func authenticate(frame: ClientFrame, re: CorrelationID?) {
@@ -632,6 +634,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let action = resumption.resumeRequested(
             epoch: epoch,
             after: after,
+            types: types,
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
             current: services.hub.shard(for: loop)?.head ?? helloSeq,
@@ -641,7 +644,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard case .replay(let plan) = action else { return }
         flush()
         let journal = services.journal
-        let types = self.types
         let catalog = self.catalog
         let bound = NIOLoopBound(self, eventLoop: loop)
         let loop = self.loop
@@ -662,7 +664,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                         return
                     }
                     let frames: [ByteBuffer] = entries.compactMap { entry in
-                        guard plan.sends(entry.seq), let index = catalog.index(of: entry.type), types.contains(index)
+                        guard let index = catalog.index(of: entry.type), plan.sends(entry.seq, typeIndex: index)
                         else { return nil }
                         return OutboundFrame.event(
                             seq: entry.seq,
@@ -725,6 +727,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if hold(frame, seq: seq) { return false }
         write(frame)
         return markPending()
+    }
+
+    /// Queues the session's copy of a broadcast its own write caused (sent whatever its
+    /// subscriptions); returns true like `enqueueBroadcast`.
+    func enqueueOwnBroadcast(_ frame: ByteBuffer, seq: UInt64, typeIndex: Int) -> Bool {
+        guard !lifecycle.isClosing else { return false }
+        resumption.ownBroadcastSent(seq: seq, typeIndex: typeIndex)
+        return enqueueBroadcast(frame, seq: seq)
     }
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one

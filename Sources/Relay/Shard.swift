@@ -305,7 +305,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 writeShared(upTo: frame.after)
                 framesOut[frame.typeIndex] += 1
                 if let seq = frame.seq {
-                    if session.enqueueBroadcast(frame.bytes, seq: seq) { pending = true }
+                    if session.enqueueOwnBroadcast(frame.bytes, seq: seq, typeIndex: frame.typeIndex) { pending = true }
                 } else if session.enqueueReply(frame.bytes) {
                     pending = true
                 }
@@ -313,7 +313,9 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 writeShared(upTo: index)
                 let frame = frames[index]
                 framesOut[frame.typeIndex] += 1
-                if session.enqueueBroadcast(frame.originCopy, seq: frame.seq) { pending = true }
+                if session.enqueueOwnBroadcast(frame.originCopy, seq: frame.seq, typeIndex: frame.typeIndex) {
+                    pending = true
+                }
                 shared = index + 1
             }
         }

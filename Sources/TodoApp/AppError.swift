@@ -31,6 +31,16 @@ public struct AppError: Error, Sendable, Hashable {
         AppError(code: .notFound, message: "No todo with id \(id).", field: "todo.id")
     }
 
+    /// A request that named `expected` as the todo's version, while `stored` is at another.
+    public static func conflict(stored: Todo, expected: Int) -> AppError {
+        AppError(
+            code: .conflict,
+            message:
+                "This todo was changed elsewhere (version \(stored.version), not \(expected)). Review the current state and try again.",
+            current: TodoViewModel(todo: stored)
+        )
+    }
+
     public static let unavailable = AppError(
         code: .unavailable,
         message: "Storage is unavailable right now; nothing was changed. Try again."

@@ -506,6 +506,7 @@ extension JSONWriter {
         key("id")
         if let id = read.id { write(id) } else { null() }
         field("purpose", read.purpose == .list ? "list" : "detail")
+        if let version = read.expectedVersion { field("version", version) }
         endObject()
     }
 

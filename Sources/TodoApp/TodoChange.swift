@@ -58,14 +58,7 @@ public struct TodoWrite: Sendable, Hashable {
             return Self.edited(Todo(id: id, createdAt: now), with: edit, now: now)
         }
         if let expectedVersion, expectedVersion != stored.version {
-            return .failure(
-                AppError(
-                    code: .conflict,
-                    message:
-                        "This todo was changed elsewhere (version \(stored.version), not \(expectedVersion)). Review the current state and try again.",
-                    current: TodoViewModel(todo: stored)
-                )
-            )
+            return .failure(.conflict(stored: stored, expected: expectedVersion))
         }
         var todo = stored
         switch change {
@@ -138,9 +131,13 @@ public struct ReadTodos: Sendable, Hashable {
 
     public let id: UUID?
     public let purpose: Purpose
+    /// A detail's `todo.version`, when the request gave one: a todo stored at another version
+    /// is answered with `conflict` (PROTOCOL.md §6), as a write is.
+    public let expectedVersion: Int?
 
-    public init(id: UUID?, purpose: Purpose) {
+    public init(id: UUID?, purpose: Purpose, expectedVersion: Int? = nil) {
         self.id = id
         self.purpose = purpose
+        self.expectedVersion = expectedVersion
     }
 }

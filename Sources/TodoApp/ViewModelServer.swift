@@ -40,7 +40,14 @@ public struct ViewModelServer: EventServer {
             return [Emission(.responseTodoDetailViewModel(.success(TodoDetailViewModel(todo: fresh))), .reply)]
 
         case .requestTodoDetailViewModel(let reference):
-            return [Emission(.requestReadTodos(ReadTodos(id: reference.id, purpose: .detail)), .internal)]
+            return [
+                Emission(
+                    .requestReadTodos(
+                        ReadTodos(id: reference.id, purpose: .detail, expectedVersion: reference.version)
+                    ),
+                    .internal
+                )
+            ]
 
         case .requestUpdateDetailViewModel(let input):
             // Check what can be checked without the store; the store checks the rest.
@@ -61,6 +68,9 @@ public struct ViewModelServer: EventServer {
                 let detail = result.flatMap { todos -> Result<TodoDetailViewModel, AppError> in
                     guard let todo = todos.first(where: { $0.id == read.id }) else {
                         return .failure(.notFound(read.id?.lowercased ?? ""))
+                    }
+                    if let expected = read.expectedVersion, expected != todo.version {
+                        return .failure(.conflict(stored: todo, expected: expected))
                     }
                     return .success(TodoDetailViewModel(todo: todo))
                 }

@@ -119,13 +119,13 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         var answers: [ModelAnswer] = []
         answers.reserveCapacity(batch.count)
         // The batch's own writes with a mid, by mid: a second one in the batch is a duplicate.
-        var stagedMids: [String: JournalEntry] = [:]
+        var stagedMids: [MutationKey: JournalEntry] = [:]
         for request in batch {
             switch request {
             case .read(let read):
                 answers.append(.read(.success(todos(id: read.id, staged: staged))))
             case .write(let write):
-                if let mid = write.mid, let applied = stagedMids[mid] ?? mutations[mid]?.entry {
+                if let mid = write.mid, let applied = stagedMids[MutationKey(mid)] ?? mutations[mid]?.entry {
                     answers.append(.write(Self.duplicate(of: applied)))
                     continue
                 }
@@ -143,7 +143,7 @@ public actor GroupCommitStore: TodoStore, JournalReader {
                     let record = TodoWireCodec.broadcastRecord(for: todo)
                     let entry = JournalEntry(seq: seq, type: record.type, payload: record.payload, mid: write.mid)
                     records.append(CommitRecord(rowID: row, todo: todo, entry: entry))
-                    if let mid = write.mid { stagedMids[mid] = entry }
+                    if let mid = write.mid { stagedMids[MutationKey(mid)] = entry }
                     // Sized once for the batch at its first write, not grown write by write.
                     if staged.isEmpty { staged.reserveCapacity(batch.count) }
                     staged[todo.id] = (row, todo)

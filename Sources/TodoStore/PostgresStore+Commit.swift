@@ -416,7 +416,7 @@ extension PostgresStore {
         _ writes: [TodoWrite],
         ids: [UUID],
         stored: [UUID: (rowID: Int64, todo: Todo)],
-        applied: [String: JournalEntry] = [:],
+        applied: [MutationKey: JournalEntry] = [:],
         head: Int64,
         time: Timestamp
     ) -> Staged {
@@ -425,14 +425,14 @@ extension PostgresStore {
         var current: [UUID: Todo] = [:]
         var rowIndex: [UUID: Int] = [:]
         /// Mids written by this batch: the offset of their entry.
-        var stagedMids: [String: UInt64] = [:]
+        var stagedMids: [MutationKey: UInt64] = [:]
         for write in writes {
-            if let mid = write.mid, let entry = applied[mid] {
+            if let mid = write.mid, let entry = applied[MutationKey(mid)] {
                 batch.results.append(duplicate(of: entry.payload, seq: entry.seq))
                 batch.fromJournal.append(true)
                 continue
             }
-            if let mid = write.mid, let offset = stagedMids[mid] {
+            if let mid = write.mid, let offset = stagedMids[MutationKey(mid)] {
                 batch.results.append(duplicate(of: batch.entries[Int(offset) - 1].payload, seq: offset))
                 batch.fromJournal.append(false)
                 continue
@@ -444,7 +444,7 @@ extension PostgresStore {
                 let record = TodoWireCodec.broadcastRecord(for: todo)
                 batch.entries.append((record.type, record.payload, write.mid))
                 let offset = UInt64(batch.entries.count)
-                if let mid = write.mid { stagedMids[mid] = offset }
+                if let mid = write.mid { stagedMids[MutationKey(mid)] = offset }
                 current[todo.id] = todo
                 if let index = rowIndex[todo.id] {
                     batch.rows[index].todo = todo
@@ -474,10 +474,10 @@ extension PostgresStore {
         mids: [String] = [],
         on connection: PostgresConnection,
         logger: Logger
-    ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)], applied: [String: JournalEntry]) {
+    ) async throws -> (head: Int64, todos: [UUID: (rowID: Int64, todo: Todo)], applied: [MutationKey: JournalEntry]) {
         var head: Int64 = -1
         var todos: [UUID: (rowID: Int64, todo: Todo)] = [:]
-        var applied: [String: JournalEntry] = [:]
+        var applied: [MutationKey: JournalEntry] = [:]
         // The journal's rows come after the todos' (head NULL), only when the batch has mids.
         let query: PostgresQuery = """
             SELECT s.head, t.id, t.seq_no, t.created_at, t.title, t.subtitle, t.priority, t.completed_at,
@@ -502,7 +502,7 @@ extension PostgresStore {
         {
             guard let value else {
                 if let seq, let type, let payload, let mid {
-                    applied[mid] = JournalEntry(
+                    applied[MutationKey(mid)] = JournalEntry(
                         seq: UInt64(seq),
                         type: type,
                         payload: Array(payload.readableBytesView),

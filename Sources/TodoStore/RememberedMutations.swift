@@ -14,9 +14,9 @@ struct RememberedMutations: Sendable {
         let recordedAt: Int64
     }
 
-    private var byMid: [String: Applied] = [:]
+    private var byMid: [MutationKey: Applied] = [:]
     /// Mids in seq order; `order[start...]` are live.
-    private var order: [String] = []
+    private var order: [MutationKey] = []
     private var start = 0
 
     init() {}
@@ -28,11 +28,13 @@ struct RememberedMutations: Sendable {
 
     var count: Int { byMid.count }
 
-    subscript(mid: String) -> Applied? { byMid[mid] }
+    subscript(mid: String) -> Applied? { byMid[MutationKey(mid)] }
 
     /// Adds the committed writes' entries that carry a mid (call in seq order).
     mutating func remember(_ item: Applied) {
-        guard let mid = item.entry.mid, byMid.updateValue(item, forKey: mid) == nil else { return }
+        guard let mid = item.entry.mid.map(MutationKey.init), byMid.updateValue(item, forKey: mid) == nil else {
+            return
+        }
         order.append(mid)
     }
 

@@ -27,6 +27,32 @@ import Testing
         }
     }
 
+    /// Two ids that Swift's `String` holds equal (canonically equivalent) but whose bytes
+    /// differ are two writes: `é` as one scalar, then `e` with a combining accent.
+    @Test(arguments: ["memory", "sqlite"])
+    func midsAreMatchedByTheirBytes(storage: String) async throws {
+        try await withDaemon(storage: storage == "sqlite" ? .sqlite : .memory) { daemon in
+            let (writer, _) = try await daemon.client()
+            let id = try #require(todoID(try await writer.createTodo("Accents")))
+            let composed = "m-\u{E9}"
+            let decomposed = "m-e\u{301}"
+            try await writer.send(toggle(id, re: "a", mid: composed))
+            let (first, _) = try await writer.json { $0["re"] as? String == "a" }
+            #expect(first["seq"] as? Int == 2)
+            try await writer.send(toggle(id, re: "b", mid: decomposed))
+            let (second, _) = try await writer.json { $0["re"] as? String == "b" }
+            #expect(second["duplicate"] == nil, "a different id, not a retry")
+            #expect(second["seq"] as? Int == 3)
+            #expect((second["mid"] as? String).map { Array($0.utf8) } == Array(decomposed.utf8))
+            // Each is still known by its own bytes.
+            try await writer.send(toggle(id, re: "c", mid: decomposed))
+            let (retry, _) = try await writer.json { $0["re"] as? String == "c" }
+            #expect(retry["duplicate"] as? Bool == true)
+            #expect(retry["applied_seq"] as? Int == 3)
+            await writer.close()
+        }
+    }
+
     @Test(arguments: ["memory", "sqlite"])
     func aToggleSentTwiceWithOneMidIsAppliedOnce(storage: String) async throws {
         try await withDaemon(storage: storage == "sqlite" ? .sqlite : .memory) { daemon in

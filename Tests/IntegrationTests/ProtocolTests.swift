@@ -222,6 +222,23 @@ import TodoStore
             #expect(errorCode(conflict) == "conflict")
             let current = try #require((conflict["error"] as? [String: Any])?["current"] as? [String: Any])
             #expect(current["title"] as? String == "Versioned")
+
+            // A read that names a version is held to it too (PROTOCOL.md §6); without one it
+            // answers with what is stored.
+            try await client.send([
+                "type": "RequestTodoDetailViewModel", "id": "s", "payload": ["todo": ["id": id, "version": 9]],
+            ])
+            let stale = try await client.json()
+            #expect(stale["type"] as? String == "ResponseTodoDetailViewModel")
+            #expect(errorCode(stale) == "conflict")
+            let stored = try #require((stale["error"] as? [String: Any])?["current"] as? [String: Any])
+            #expect((stored["todo"] as? [String: Any])?["version"] as? Int == 1)
+            for (re, todo) in [("v", ["id": id, "version": 1]), ("w", ["id": id])] as [(String, [String: Any])] {
+                try await client.send(["type": "RequestTodoDetailViewModel", "id": re, "payload": ["todo": todo]])
+                let detail = try await client.json()
+                #expect(detail["re"] as? String == re)
+                #expect((detail["payload"] as? [String: Any])?["title"] as? String == "Versioned")
+            }
         }
     }
 

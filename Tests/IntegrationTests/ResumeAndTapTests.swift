@@ -58,6 +58,33 @@ import Testing
         }
     }
 
+    /// Broadcasts that came while the connection was unsubscribed never reached it: once it
+    /// subscribes again, a resume replays them (PROTOCOL.md §5: "no seq missed").
+    @Test func aResumeReplaysWhatCameWhileUnsubscribed() async throws {
+        try await withDaemon { daemon in
+            let (writer, _) = try await daemon.client()
+            let (reader, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            _ = try await writer.createTodo("one")
+            #expect(try await reader.json()["seq"] as? Int == 1)
+            try await reader.send(["op": "unsubscribe", "types": ["Response*"], "id": "u"])
+            #expect(try await reader.json()["op"] as? String == "unsubscribed")
+            _ = try await writer.createTodo("two")
+            _ = try await writer.createTodo("three")
+            try await reader.send(["op": "subscribe", "types": ["Response*"], "id": "s"])
+            #expect(try await reader.json()["op"] as? String == "subscribed")
+            try await reader.send(["op": "resume", "epoch": epoch, "after": 1, "id": "r"])
+            let (resumed, replayed) = try await reader.json(until: { $0["op"] as? String == "resumed" })
+            #expect(replayed.map { $0["seq"] as? Int } == [2, 3])
+            #expect(resumed["from"] as? Int == 2)
+            #expect(resumed["to"] as? Int == 3)
+            // Nothing of it twice.
+            try await reader.send(["op": "resume", "epoch": epoch, "after": 0, "id": "r2"])
+            let (_, again) = try await reader.json(until: { $0["op"] as? String == "resumed" })
+            #expect(again.isEmpty)
+        }
+    }
+
     @Test func replayedFramesAreByteForByteTheLiveOnes() async throws {
         try await withDaemon(storage: .sqlite) { daemon in
             let (writer, _) = try await daemon.client()

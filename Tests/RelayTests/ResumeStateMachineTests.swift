@@ -7,9 +7,20 @@ import Testing
 @Suite struct ResumeStateMachineTests {
     private func frame(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
 
+    /// The one broadcast type of these tests (index 0).
+    private static let todos = TypeSet(bits: 1)
+
+    /// A connection greeted at seq 10, subscribed to `todos`.
+    private func greeted(at helloSeq: UInt64 = 10) -> ResumeStateMachine {
+        var machine = ResumeStateMachine()
+        machine.greeted(helloSeq: helloSeq, types: Self.todos)
+        return machine
+    }
+
     private func start(
         _ machine: inout ResumeStateMachine,
         after: UInt64,
+        types: TypeSet = todos,
         heldSinceStart: HeldOutput? = nil,
         helloSeq: UInt64 = 10,
         current: UInt64 = 12,
@@ -19,6 +30,7 @@ import Testing
         let action = machine.resumeRequested(
             epoch: "E",
             after: after,
+            types: types,
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
             current: current,
@@ -34,7 +46,7 @@ import Testing
     }
 
     @Test func replaysUpToTheGreetingAndCoversWhatCameLive() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 3))
         #expect(machine.isRunning)
         #expect(plan.replayThrough == 10)
@@ -45,7 +57,7 @@ import Testing
 
     @Test func heldSinceStartTheReplayCoversWhatWasHeld() throws {
         // 11 and 12 were held since the greeting: they are replayed in order with the rest.
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 3, heldSinceStart: HeldOutput()))
         #expect(plan.replayThrough == 12)
         #expect(plan.covered == 12)
@@ -55,7 +67,7 @@ import Testing
     @Test func heldSinceStartTheReplayGoesOnToWhatTheHubReleased() throws {
         // Seqs 11 and 12 reached the loop and were held; 13 and 14 were released (their
         // writers may already have their replies) but had not reached the loop yet.
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         var held = HeldOutput()
         _ = held.append(frame("s11"), seq: 11, maxBytes: 1_000, maxFrames: 100)
         _ = held.append(frame("s12"), seq: 12, maxBytes: 1_000, maxFrames: 100)
@@ -73,7 +85,7 @@ import Testing
     @Test func notHeldSinceStartTheReplayStopsAtTheGreeting() throws {
         // The client may have received 11 and 12 live: the replay covers only the greeting's
         // seq, and what is on its way arrives live after `resumed`.
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 3, released: 14))
         #expect(plan.replayThrough == 10)
         #expect(plan.resumed == .resumed(from: 4, to: 12))
@@ -82,11 +94,11 @@ import Testing
     }
 
     @Test func aSecondResumeSendsNothingTheFirstReplayed() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let first = try #require(start(&machine, after: 3))
-        #expect(first.start == 3 && first.sent == nil)
+        #expect(first.start == 3)
         #expect(machine.replayEnded(first.resumed) == .answer(release: []))
-        #expect(machine.replayed == ResumeStateMachine.SeqRange(after: 3, through: 10))
+        #expect(machine.ledger.spans == [DeliveryLedger.Span(after: 3, through: 10, types: Self.todos)])
         // The same point again: nothing to replay, the range is still reported.
         let again = try #require(start(&machine, after: 3))
         #expect(again.start == 10)
@@ -96,22 +108,75 @@ import Testing
         // From further back: only what the first did not send.
         let earlier = try #require(start(&machine, after: 1))
         #expect(earlier.start == 1)
-        #expect((2...10).filter { earlier.sends(UInt64($0)) } == [2, 3])
+        #expect((2...10).filter { earlier.sends(UInt64($0), typeIndex: 0) } == [2, 3])
         #expect(machine.replayEnded(earlier.resumed) == .answer(release: []))
-        #expect(machine.replayed == ResumeStateMachine.SeqRange(after: 1, through: 10))
+        #expect((2...12).filter { machine.ledger.wasSent(UInt64($0), typeIndex: 0) }.count == 11)
     }
 
     @Test func aResumeThatEndsInAGapRemembersNothing() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         _ = try #require(start(&machine, after: 3))
         #expect(machine.replayEnded(.gap(current: 12)) == .answer(release: []))
-        #expect(machine.replayed == nil)
+        #expect(machine.ledger.spans.isEmpty)
         let again = try #require(start(&machine, after: 3))
-        #expect(again.start == 3 && again.sends(4))
+        #expect(again.start == 3 && again.sends(4, typeIndex: 0))
+    }
+
+    /// Broadcasts that came while the client was not subscribed to their type never reached
+    /// it: a resume once it subscribes again sends them.
+    @Test func whatCameWhileUnsubscribedIsReplayed() throws {
+        var machine = greeted()
+        machine.subscriptionsChanged(to: TypeSet(), head: 12)
+        // 13 and 14 are broadcast meanwhile, and not sent.
+        machine.subscriptionsChanged(to: Self.todos, head: 14)
+        let plan = try #require(start(&machine, after: 12, current: 14))
+        #expect(plan.replayThrough == 14)
+        #expect(plan.start == 12)
+        #expect((11...14).filter { plan.sends(UInt64($0), typeIndex: 0) } == [13, 14])
+        #expect(plan.resumed == .resumed(from: 13, to: 14))
+        #expect(machine.replayEnded(plan.resumed) == .answer(release: []))
+        // From further back, nothing more: 11 and 12 came live.
+        let again = try #require(start(&machine, after: 10, current: 14))
+        #expect(again.page(after: again.start) == nil)
+    }
+
+    /// A resume made while unsubscribed sends nothing, and does not count what it did not send
+    /// as sent.
+    @Test func aResumeWhileUnsubscribedLeavesTheMissedForALaterOne() throws {
+        var machine = greeted()
+        machine.subscriptionsChanged(to: TypeSet(), head: 12)
+        let none = try #require(start(&machine, after: 12, types: TypeSet(), current: 14))
+        #expect((13...14).filter { none.sends(UInt64($0), typeIndex: 0) }.isEmpty)
+        _ = machine.replayEnded(none.resumed)
+        machine.subscriptionsChanged(to: Self.todos, head: 14)
+        let plan = try #require(start(&machine, after: 12, current: 14))
+        #expect((13...14).filter { plan.sends(UInt64($0), typeIndex: 0) } == [13, 14])
+    }
+
+    /// A client's own write's broadcast reaches it whatever its subscriptions: not sent again.
+    @Test func ownBroadcastsOutsideTheSubscriptionsAreNotSentAgain() throws {
+        var machine = greeted()
+        machine.subscriptionsChanged(to: TypeSet(), head: 10)
+        machine.ownBroadcastSent(seq: 11, typeIndex: 0)
+        machine.subscriptionsChanged(to: Self.todos, head: 12)
+        let plan = try #require(start(&machine, after: 10, current: 12))
+        #expect((11...12).filter { plan.sends(UInt64($0), typeIndex: 0) } == [12])
+    }
+
+    @Test func theLedgerIsBounded() {
+        var ledger = DeliveryLedger(helloSeq: 0, types: Self.todos)
+        for seq in 1...UInt64(DeliveryLedger.maxSpans + 10) {
+            ledger.subscriptionsChanged(to: seq % 2 == 0 ? Self.todos : TypeSet(), head: seq)
+            ledger.ownBroadcast(seq: seq, typeIndex: 0)
+        }
+        ledger.subscriptionsChanged(to: TypeSet(), head: 1_000)
+        for seq in 1...UInt64(2 * DeliveryLedger.maxOwn) { ledger.ownBroadcast(seq: 1_000 + seq, typeIndex: 0) }
+        #expect(ledger.spans.count == DeliveryLedger.maxSpans)
+        #expect(ledger.own.count == DeliveryLedger.maxOwn)
     }
 
     @Test func aSecondResumeNeedsTheJournalOnlyForWhatItSends() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let first = try #require(start(&machine, after: 3))
         _ = machine.replayEnded(first.resumed)
         let again = try #require(start(&machine, after: 5))
@@ -120,14 +185,14 @@ import Testing
     }
 
     @Test func nothingMissedReportsAnEmptyRange() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 10, helloSeq: 10, current: 10))
         #expect(plan.page(after: 10) == nil)
         #expect(plan.resumed == .resumed(from: 11, to: 10))
     }
 
     @Test func pagesCoverTheReplayExactly() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 1, pageSize: 4))
         var pages: [ResumeStateMachine.Page] = []
         var cursor = plan.after
@@ -139,7 +204,7 @@ import Testing
     }
 
     @Test func aPageSizeBelowOneIsOne() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 8, pageSize: 0))
         #expect(plan.page(after: 8) == .init(after: 8, through: 9))
     }
@@ -153,7 +218,7 @@ import Testing
     }
 
     @Test func theJournalMustHoldEverythingAfterAfter() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 3))
         let position = JournalPosition(epoch: "E", head: 12, oldest: 4)
         #expect(plan.isServed(by: position, currentEpoch: "E"))
@@ -165,7 +230,7 @@ import Testing
     }
 
     @Test func anAfterBeyondEverySeqIsAGap() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let plan = try #require(start(&machine, after: 20))
         #expect(!plan.isServed(by: JournalPosition(epoch: "E", head: 19, oldest: 1), currentEpoch: "E"))
         // Another daemon's seq the journal already holds is fine, even if long pruned.
@@ -173,7 +238,7 @@ import Testing
     }
 
     @Test func liveOutputWaitsAndThenSkipsWhatTheClientHad() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         var held = HeldOutput()
         _ = held.append(frame("s11"), seq: 11, maxBytes: 1_000, maxFrames: 100)
         _ = try #require(start(&machine, after: 11, heldSinceStart: held, helloSeq: 10, current: 10))
@@ -187,7 +252,7 @@ import Testing
     }
 
     @Test func aGapReleasesEverythingHeld() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         _ = try #require(start(&machine, after: 3))
         _ = machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100)
         _ = machine.hold(frame("reply"), seq: nil, maxBytes: 1_000, maxFrames: 100)
@@ -196,7 +261,7 @@ import Testing
     }
 
     @Test func aSlowConsumerDuringTheReplayIsOverTheBound() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         _ = try #require(start(&machine, after: 3))
         #expect(machine.hold(frame("123456"), seq: 13, maxBytes: 10, maxFrames: 100) == .held)
         #expect(machine.hold(frame("123456"), seq: 14, maxBytes: 10, maxFrames: 100) == .heldOverBound)
@@ -209,7 +274,7 @@ import Testing
     }
 
     @Test func theStartHoldCountsTowardsTheBound() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         var held = HeldOutput()
         _ = held.append(frame("123456"), seq: 11, maxBytes: 10, maxFrames: 100)
         _ = try #require(start(&machine, after: 3, heldSinceStart: held))
@@ -217,7 +282,7 @@ import Testing
     }
 
     @Test func closingDuringTheReplayStopsItAndAnEndReleasesNothing() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         _ = try #require(start(&machine, after: 3))
         #expect(machine.pageRead() == .write)
         _ = machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100)
@@ -229,7 +294,7 @@ import Testing
     }
 
     @Test func closingWhileIdleChangesNothing() {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         machine.sessionClosing()
         #expect(machine.state == .idle)
         #expect(machine.pageRead() == .stop)
@@ -237,7 +302,7 @@ import Testing
     }
 
     @Test func aSecondResumeWhileOneRunsIsRefused() throws {
-        var machine = ResumeStateMachine()
+        var machine = greeted()
         let first = try #require(start(&machine, after: 3))
         #expect(start(&machine, after: 5) == nil)
         guard case .replaying(let plan, _) = machine.state else {

@@ -111,6 +111,24 @@ let origin = Origin(session: SessionID(1), correlation: .string("1"))
         #expect(error.code == .notFound)
     }
 
+    @Test func detailWithAStaleVersionIsAConflict() async {
+        let todo = stored(4)
+        let stale = server.handle(
+            .responseTodos(ReadTodos(id: todo.id, purpose: .detail, expectedVersion: 3), .success([todo]))
+        )
+        guard case .responseTodoDetailViewModel(.failure(let error)) = stale.first?.event else {
+            Issue.record("expected conflict")
+            return
+        }
+        #expect(error.code == .conflict)
+        #expect(error.current == TodoViewModel(todo: todo))
+        for version in [4, nil] {
+            let read = ReadTodos(id: todo.id, purpose: .detail, expectedVersion: version)
+            let out = server.handle(.responseTodos(read, .success([todo])))
+            #expect(out.map(\.event) == [.responseTodoDetailViewModel(.success(TodoDetailViewModel(todo: todo)))])
+        }
+    }
+
     @Test func savedWritesBroadcastWithTheirSeq() async {
         let saved = SavedTodo(todo: stored(4), seq: 42)
         let toggle = server.handle(

@@ -102,7 +102,7 @@ import TodoApp
             writes,
             ids: [todo.id],
             stored: [todo.id: (rowID: 12, todo: todo)],
-            applied: ["m:1": applied],
+            applied: [MutationKey("m:1"): applied],
             head: 100,
             time: now
         )

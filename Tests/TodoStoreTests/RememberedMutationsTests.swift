@@ -26,4 +26,21 @@ import Testing
         #expect(mutations["b"] == nil && mutations["c"] == nil)
         #expect(mutations["e"]?.entry.seq == 5 && mutations.count == 1)
     }
+
+    @Test func midsAreKeptApartByTheirBytesNotByCanonicalEquivalence() {
+        let composed = "m-\u{E9}"
+        let decomposed = "m-e\u{301}"
+        #expect(composed == decomposed, "Swift's String equality, which a key must not use")
+        #expect(MutationKey(composed) != MutationKey(decomposed))
+        #expect(MutationKey(composed) == MutationKey("m-" + "\u{E9}"))
+        var mutations = RememberedMutations()
+        mutations.remember(
+            RememberedMutations.Applied(
+                entry: JournalEntry(seq: 1, type: "T", payload: [], mid: composed),
+                recordedAt: 0
+            )
+        )
+        #expect(mutations[composed]?.entry.seq == 1)
+        #expect(mutations[decomposed] == nil)
+    }
 }
