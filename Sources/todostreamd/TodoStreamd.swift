@@ -91,7 +91,7 @@ struct SettingsOptions: ParsableArguments {
     @Option(name: .customLong("max-connections"), help: "Connections accepted at once.")
     var maxConnections: Int?
 
-    @Option(name: .customLong("rate-limit"), help: "Frames per second per connection (default 1000).")
+    @Option(name: .customLong("rate-limit"), help: "Frames per second per connection (default 1000); sets the burst to twice it.")
     var rateLimit: Int?
 
     @Flag(name: .customLong("allow-insecure"), help: "Allow plain text on a non-loopback address without tokens.")
@@ -128,7 +128,8 @@ struct SettingsOptions: ParsableArguments {
         flags["limits.max_connections"] = maxConnections
         if let rateLimit {
             flags["limits.rate_limit_per_second"] = rateLimit
-            flags["limits.rate_limit_burst"] = rateLimit * 2
+            // Out of range either way when it would overflow: the range check names the flag.
+            flags["limits.rate_limit_burst"] = rateLimit.multipliedReportingOverflow(by: 2).overflow ? rateLimit : rateLimit * 2
         }
         flags["log_level"] = logLevel
         try ConfigFile.apply(try ConfigFile.checked(flags, naming: ConfigFile.flagName), to: &options)

@@ -37,6 +37,15 @@ import Glibc
         }
     }
 
+    /// `--rate-limit` sets the burst to twice the rate; a rate so large that twice it does not
+    /// fit is refused by the range check, not a crash.
+    @Test func theRateLimitFlagSetsTheBurstAndAHugeOneIsOutOfRange() throws {
+        let options = try resolve(nil, flags: ["--rate-limit", "50"])
+        #expect(options.relay.rateLimitBurst == 100)
+        let huge = message(nil, flags: ["--rate-limit", "\(Int.max)"])
+        #expect(huge?.contains("--rate-limit is \(Int.max), out of range") == true)
+    }
+
     @Test func theShippedExampleHoldsExactlyTheDefaults() throws {
         let fromFile = try SettingsOptions.parse(["--config", Self.example]).resolve(environment: [:])
         var defaults = try SettingsOptions.parse([]).resolve(environment: [:])
