@@ -91,7 +91,10 @@ struct SettingsOptions: ParsableArguments {
     @Option(name: .customLong("max-connections"), help: "Connections accepted at once.")
     var maxConnections: Int?
 
-    @Option(name: .customLong("rate-limit"), help: "Frames per second per connection (default 1000); sets the burst to twice it.")
+    @Option(
+        name: .customLong("rate-limit"),
+        help: "Frames per second per connection (default 1000); sets the burst to twice it."
+    )
     var rateLimit: Int?
 
     @Flag(name: .customLong("allow-insecure"), help: "Allow plain text on a non-loopback address without tokens.")
@@ -129,7 +132,8 @@ struct SettingsOptions: ParsableArguments {
         if let rateLimit {
             flags["limits.rate_limit_per_second"] = rateLimit
             // Out of range either way when it would overflow: the range check names the flag.
-            flags["limits.rate_limit_burst"] = rateLimit.multipliedReportingOverflow(by: 2).overflow ? rateLimit : rateLimit * 2
+            flags["limits.rate_limit_burst"] =
+                rateLimit.multipliedReportingOverflow(by: 2).overflow ? rateLimit : rateLimit * 2
         }
         flags["log_level"] = logLevel
         try ConfigFile.apply(try ConfigFile.checked(flags, naming: ConfigFile.flagName), to: &options)
