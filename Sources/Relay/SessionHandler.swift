@@ -438,7 +438,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     private func publish(type name: String, bytes: [UInt8], root: JSONObject?, re: CorrelationID?, mid: String?) {
         guard let descriptor = catalog[name] else {
-            sendError(.unknownType, "Unknown event type \(name).", re)
+            sendError(
+                .unknownType,
+                name.isEmpty ? "The event type is empty." : "Unknown event type \(shown(name)).",
+                re
+            )
             return
         }
         guard authentication.role == .view else {
@@ -532,7 +536,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             }
             resume(epoch: epoch, after: after, re: re)
         default:
-            sendError(.unknownOp, "Unknown op \(op).", re)
+            sendError(.unknownOp, op.isEmpty ? "The op is empty." : "Unknown op \(shown(op)).", re)
         }
     }
 
@@ -1120,6 +1124,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
 /// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
 /// recognised eight bytes at a time (no byte with its high bit set).
+/// A name from a client as an error message shows it: at most 80 characters.
+private func shown(_ name: String) -> String {
+    name.unicodeScalars.count <= 80 ? name : String(String.UnicodeScalarView(name.unicodeScalars.prefix(80))) + "…"
+}
+
 func isValidUTF8(_ bytes: [UInt8]) -> Bool {
     bytes.withUnsafeBytes(isASCII) || String(validating: bytes, as: UTF8.self) != nil
 }

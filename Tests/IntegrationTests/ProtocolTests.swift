@@ -149,6 +149,26 @@ import TodoStore
         }
     }
 
+    /// An unknown name is quoted in the message, an empty one said to be empty, a long one cut.
+    @Test func unknownNamesAreShownReadably() async throws {
+        try await withDaemon { daemon in
+            let (client, _) = try await daemon.client()
+            let long = String(repeating: "Q", count: 5_000)
+            let cases: [(String, String)] = [
+                (#"{"type":"","id":"x"}"#, "The event type is empty."),
+                (#"{"op":"","id":"x"}"#, "The op is empty."),
+                (#"{"type":"RequestEverything","id":"x"}"#, "Unknown event type RequestEverything."),
+                (#"{"type":"\#(long)","id":"x"}"#, "Unknown event type \(long.prefix(80))…."),
+                (#"{"op":"\#(long)","id":"x"}"#, "Unknown op \(long.prefix(80))…."),
+            ]
+            for (frame, message) in cases {
+                try await client.sendLine(frame)
+                let answer = try await client.json()
+                #expect((answer["error"] as? [String: Any])?["message"] as? String == message)
+            }
+        }
+    }
+
     @Test func invalidUTF8IsInvalidJSON() async throws {
         try await withDaemon { daemon in
             let (client, _) = try await daemon.client()
