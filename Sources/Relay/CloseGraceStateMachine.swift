@@ -8,9 +8,17 @@
 /// (nothing is added after the cut), so a reader finishes. One that reads nothing holds the
 /// connection for one grace period.
 ///
-/// idle → draining(since a progress mark) → closed. The handler looks at the connection's
-/// progress each grace period (`check`) and closes when told to, or when the last frames are
-/// written (`lastFramesWritten`).
+/// Once the last frames are written, the output is shut rather than the connection closed:
+/// the client may still have requests in flight that the daemon has not read, and closing a
+/// socket with unread input makes the kernel reset the connection, throwing away what the
+/// client had not received yet, the notice among it. With the output shut, the kernel sends
+/// everything and then the end; the daemon reads on (dropping what comes) and closes when the
+/// client does, or when it takes nothing more for a grace period.
+///
+/// idle → draining(since a progress mark) → lingering(since a progress mark) → closed. The
+/// handler looks at the connection's progress each grace period (`check`), shuts the output
+/// when the last frames are written (`lastFramesWritten`), and closes when told to or when the
+/// client's input ends while lingering (`inputEnded`).
 struct CloseGraceStateMachine {
     /// How far the client has got: what the daemon still holds for it, and what the client's
     /// kernel has acknowledged (the socket's `tcpi_bytes_acked`; 0 where unknown).
@@ -22,6 +30,8 @@ struct CloseGraceStateMachine {
     enum State: Equatable {
         case idle
         case draining(since: Progress)
+        /// The last frames are written and the output shut; waiting for the client to close.
+        case lingering(since: Progress)
         case closed
     }
 
@@ -45,19 +55,32 @@ struct CloseGraceStateMachine {
 
     /// A grace period has passed: go on while the client makes progress.
     mutating func check(_ progress: Progress) -> CheckAction {
-        guard case .draining(let since) = state else { return .none }
+        let since: Progress
+        switch state {
+        case .draining(let mark), .lingering(let mark): since = mark
+        case .idle, .closed: return .none
+        }
         let moved = progress.unsentBytes < since.unsentBytes || progress.acknowledgedBytes > since.acknowledgedBytes
         guard moved else {
             state = .closed
             return .close
         }
-        state = .draining(since: progress)
+        if case .lingering = state { state = .lingering(since: progress) } else { state = .draining(since: progress) }
         return .checkAgain
     }
 
-    /// The last frames are out (or failed): close now, and stop looking.
-    mutating func lastFramesWritten() -> Bool {
+    /// The last frames are written (or failed): true when the handler shuts the output now and
+    /// lingers; the grace period's looks go on.
+    mutating func lastFramesWritten(_ progress: Progress) -> Bool {
         guard case .draining = state else { return false }
+        state = .lingering(since: progress)
+        return true
+    }
+
+    /// The client closed its side: true when the handler closes now (the output is shut
+    /// already, so nothing of it is lost).
+    mutating func inputEnded() -> Bool {
+        guard case .lingering = state else { return false }
         state = .closed
         return true
     }

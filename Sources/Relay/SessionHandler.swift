@@ -202,6 +202,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // The client has finished sending (e.g. `nc -N`, a pipe at its end): answer
             // everything it sent, then close.
             inbound.inputClosed()
+            // A cut client that has read its last frames and closed: done.
+            if closeGrace.inputEnded() {
+                context.close(promise: nil)
+                return
+            }
             if lifecycle.isStarted { drain() }
             return
         }
@@ -1050,11 +1055,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let channel = context.channel
         let bound = NIOLoopBound(self, eventLoop: loop)
         lastWritten.futureResult.whenComplete { _ in
-            if bound.value.closeGrace.lastFramesWritten() { channel.close(promise: nil) }
+            let session = bound.value
+            guard let context = session.context else { return }
+            // The output is shut, not the connection closed: a close with the client's requests
+            // still unread would be a reset, which loses what the client has not read yet.
+            if session.closeGrace.lastFramesWritten(session.drainProgress(context)) {
+                channel.close(mode: .output, promise: nil)
+            }
         }
         lookAtTheDrainLater()
-        // Input is still read (and dropped) meanwhile, so the close is orderly, not a reset
-        // that could discard what the client has not read yet.
+        // Input is still read (and dropped) meanwhile, until the client closes its side.
         if case .read = inbound.readsResumedForClose() { context.read() }
     }
 

@@ -458,6 +458,53 @@ import TodoStore
         }
     }
 
+    /// A client cut as a slow consumer while its own requests still wait unread in the
+    /// daemon's socket (it pipelined far more than the daemon reads ahead, and goes on
+    /// sending) gets the notice and an orderly end once it reads: the daemon shuts its output
+    /// and reads on, where a close would have reset the connection and lost what the client had
+    /// not received yet, the notice among it.
+    @Test func aCutClientWithUnreadRequestsStillGetsTheNotice() async throws {
+        try await withDaemon(
+            .custom({ options in
+                DaemonSetup.slowReaderCut.apply(&options)
+                options.relay.slowConsumerGraceMs = 30_000
+            })
+        ) { daemon in
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo(String(repeating: "Unread ", count: 140))
+            let id = try #require(todoID(created))
+            let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096, autoRead: false)
+            // Requests it does not read the answers of, far more than the daemon reads ahead.
+            slow.post(String(repeating: #"{"op":"ping"}"# + "\n", count: 20_000))
+            // Broadcasts it does not read either, far over its bound.
+            try await toggle(id, times: 400, from: writer)
+            try await eventually("the client is cut") {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.contains("\ntodostream_slow_consumer_disconnects_total 1")
+            }
+            // It reads again, slowly, and goes on sending requests meanwhile: there is unread
+            // input at the daemon's end when its last frames are written.
+            try await slow.readSlowly()
+            let reading = Task { try await slow.trickle() }
+            let sending = Task {
+                while !Task.isCancelled {
+                    slow.post(String(repeating: #"{"op":"ping"}"# + "\n", count: 500))
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            defer {
+                reading.cancel()
+                sending.cancel()
+            }
+            let rest = try await slow.waitForClose(timeout: .seconds(60))
+            let lines = rest.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
+            let last = try #require(lines.dropLast().last.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) })
+            let notice = try #require(last as? [String: Any])
+            #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
+        }
+    }
+
     @Test func aSlowReaderThatIsCutGetsWholeFramesThenTheNotice() async throws {
         try await withDaemon(.slowReaderCut) { daemon in
             let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
@@ -667,6 +714,19 @@ struct HTTPResult {
 }
 
 /// A plain HTTP/1.1 GET over a raw connection.
+/// Waits until `condition` holds, looking every 20 ms, for at most `timeout`.
+func eventually(
+    _ what: String,
+    timeout: Duration = .seconds(30),
+    _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { throw TestConnection.Timeout(what: what) }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
 func httpGet(port: Int, path: String, headers: [String] = []) async throws -> HTTPResult {
     let connection = try await TestConnection.connect(port: port)
     let extra = headers.map { $0 + "\r\n" }.joined()

@@ -52,6 +52,12 @@ final class TestConnection: Sendable {
 
     func sendLine(_ text: String) async throws { try await send(text + "\n") }
 
+    /// Hands `text` to the channel without waiting for the daemon to take it (it may read
+    /// none of it for a while).
+    func post(_ text: String) {
+        channel.writeAndFlush(ByteBuffer(string: text), promise: nil)
+    }
+
     func send(_ object: [String: Any]) async throws {
         let data = try JSONSerialization.data(withJSONObject: object)
         try await sendLine(String(decoding: data, as: UTF8.self))

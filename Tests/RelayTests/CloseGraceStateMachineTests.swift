@@ -15,7 +15,7 @@ import Testing
         #expect(machine.state == .closed)
         let again = machine.check(progress(50_000, 1_000))
         #expect(again == .none)
-        let written = machine.lastFramesWritten()
+        let written = machine.lastFramesWritten(progress(0, 1_000))
         #expect(!written, "closed already: no second close")
     }
 
@@ -34,17 +34,48 @@ import Testing
         #expect(stalled == .close)
     }
 
-    @Test func theLastFramesWrittenCloseOnceAndEndTheLooks() {
+    /// The last frames written: the output is shut once, and the connection lingers while the
+    /// client takes them, until it closes its side or takes nothing for a period.
+    @Test func theLastFramesWrittenShutTheOutputOnceAndLinger() {
         var machine = CloseGraceStateMachine()
-        let early = machine.lastFramesWritten()
+        let early = machine.lastFramesWritten(progress(10))
         #expect(!early, "nothing was cut yet")
         machine.started(progress(10))
-        let written = machine.lastFramesWritten()
+        let written = machine.lastFramesWritten(progress(0, 100))
         #expect(written)
-        let twice = machine.lastFramesWritten()
+        #expect(machine.state == .lingering(since: progress(0, 100)))
+        let twice = machine.lastFramesWritten(progress(0, 100))
         #expect(!twice)
-        let look = machine.check(progress(10))
-        #expect(look == .none)
+        // The client's kernel takes more: it is reading.
+        let reading = machine.check(progress(0, 5_000))
+        #expect(reading == .checkAgain)
+        #expect(machine.state == .lingering(since: progress(0, 5_000)))
+        // It has read everything and closes.
+        let ended = machine.inputEnded()
+        #expect(ended)
+        #expect(machine.state == .closed)
+        let after = machine.check(progress(0, 5_000))
+        #expect(after == .none)
+    }
+
+    @Test func aLingeringClientThatTakesNothingForAPeriodIsClosed() {
+        var machine = CloseGraceStateMachine()
+        machine.started(progress(10))
+        _ = machine.lastFramesWritten(progress(0, 100))
+        let stalled = machine.check(progress(0, 100))
+        #expect(stalled == .close)
+        let ended = machine.inputEnded()
+        #expect(!ended, "closed already")
+    }
+
+    @Test func inputEndingBeforeTheLastFramesAreWrittenClosesNothing() {
+        var machine = CloseGraceStateMachine()
+        let idle = machine.inputEnded()
+        #expect(!idle)
+        machine.started(progress(10))
+        let draining = machine.inputEnded()
+        #expect(!draining, "the notice is not out yet")
+        #expect(machine.state == .draining(since: progress(10)))
     }
 
     @Test func aConnectionGoneEndsTheLooks() {
@@ -53,7 +84,7 @@ import Testing
         machine.connectionClosed()
         let look = machine.check(progress(10))
         #expect(look == .none)
-        let written = machine.lastFramesWritten()
+        let written = machine.lastFramesWritten(progress(0))
         #expect(!written)
     }
 
