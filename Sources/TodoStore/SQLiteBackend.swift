@@ -31,6 +31,8 @@ final class SQLiteBackend: StorageBackend {
 
     /// Commits between the starts of two background copies of the WAL.
     static let checkpointEvery = 64
+    /// How long the checkpoint at close waits for other processes' readers.
+    static let closeCheckpointWaitMs = 1_000
     /// The WAL's size from which copies run again at once to catch up, and from which the
     /// writer copies the tail itself (see `CheckpointStateMachine`), in bytes of pages.
     static let restartBytes = 4 << 20
@@ -110,6 +112,10 @@ final class SQLiteBackend: StorageBackend {
             try await reader.exec("PRAGMA journal_mode=WAL")
             try await Migrations.run(on: reader)
             try await reader.exec("PRAGMA query_only=1")
+            // sqlite-nio's busy handler retries for ever: another process holding a lock (a
+            // backup, an operator's shell) would hold a read up for as long. A bounded wait, as
+            // the writer has, then `unavailable`.
+            try await reader.exec("PRAGMA busy_timeout=\(SQLiteWriter.busyTimeoutMs)")
             let writer = try await thread.perform {
                 try SQLiteWriter.open(
                     path: path,
@@ -129,6 +135,9 @@ final class SQLiteBackend: StorageBackend {
             )
             opened.checkpointer = checkpointer
             try await checkpointer.exec("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
+            // The background copies never wait (PASSIVE); the one at close waits this long for
+            // another process's readers, then leaves the WAL for the next start.
+            try await checkpointer.exec("PRAGMA busy_timeout=\(Self.closeCheckpointWaitMs)")
             return SQLiteBackend(
                 writer: writer,
                 thread: thread,
@@ -339,8 +348,18 @@ final class SQLiteBackend: StorageBackend {
                 logger.warning("rows not written at close", metadata: ["error": "\(error)"])
             }
         }
-        // What is left in the WAL goes into the database file now, not on the next start.
-        try? await checkpointer.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        // What is left in the WAL goes into the database file now, not on the next start;
+        // unless another process is reading the database: the stop does not wait for it.
+        do {
+            let row = try await checkpointer.rows("PRAGMA wal_checkpoint(TRUNCATE)", []).first
+            if row?.column("busy")?.integer == 1 {
+                logger.notice(
+                    "WAL left for the next start: another process has the database open in a transaction"
+                )
+            }
+        } catch {
+            logger.notice("WAL left for the next start", metadata: ["error": "\(String(reflecting: error))"])
+        }
         try? await checkpointer.close()
         try? await reader.close()
         _ = try? await thread.perform { writer.close() }

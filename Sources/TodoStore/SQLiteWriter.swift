@@ -77,6 +77,9 @@ final class SQLiteWriter: @unchecked Sendable {
     /// (after a clock set back, an entry stamped older than the one before it waits for its
     /// turn), so this reads only the entries the prune drops and one more, with no index on
     /// `recorded_at` to keep up at every commit (schema step 11).
+    /// How long a statement waits for a lock another process holds before it fails (`busy`).
+    static let busyTimeoutMs = 5_000
+
     static let firstRecentSQL = "SELECT seq FROM journal WHERE recorded_at >= ?1 ORDER BY seq LIMIT 1"
 
     /// The size the WAL file is cut back to when it starts over (`PRAGMA journal_size_limit`).
@@ -129,7 +132,7 @@ final class SQLiteWriter: @unchecked Sendable {
         do {
             // A lock held by another connection (a reader's snapshot never blocks a WAL writer;
             // this is for anything else) fails the commit after this long, not never.
-            sqlite_nio_sqlite3_busy_timeout(handle, 5_000)
+            sqlite_nio_sqlite3_busy_timeout(handle, Int32(Self.busyTimeoutMs))
             try writer.execute("PRAGMA journal_mode=WAL")
             try writer.execute("PRAGMA synchronous=\(synchronousFull ? "FULL" : "NORMAL")")
             try writer.execute("PRAGMA wal_autocheckpoint=0")

@@ -40,6 +40,27 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         await first.close()
     }
 
+    /// Another process with the database open in a read transaction (a backup, an operator's
+    /// `sqlite3`) neither blocks writes nor holds up the close: the WAL is left for the next
+    /// start (sqlite-nio's own busy handler would have waited for the reader for ever).
+    @Test(.timeLimit(.minutes(1))) func aReaderInAnotherConnectionDoesNotHoldUpTheClose() async throws {
+        let directory = temporaryDirectory()
+        let store = try await GroupCommitStore.sqlite(directory: directory)
+        _ = try await create(store, "Before the backup")
+        let path = (directory as NSString).appendingPathComponent(SQLiteBackend.fileName)
+        let backup = try await SQLiteConnection.open(storage: .file(path: path))
+        try await backup.exec("BEGIN")
+        let counted = try await backup.query("SELECT count(*) AS n FROM journal").first?.column("n")?.integer
+        #expect(counted == 1)
+        _ = try await create(store, "During the backup")
+        await store.close()
+        try await backup.exec("COMMIT")
+        try await backup.close()
+        let again = try await GroupCommitStore.sqlite(directory: directory)
+        #expect(try await again.readTodos(id: nil).count == 2)
+        await again.close()
+    }
+
     /// A database of the schema before rows could wait (version 9): its rows and journal are
     /// what the store opens with, and its writes go on after them.
     @Test func aDatabaseFromBeforeRowsCouldWaitOpensWithItsRowsAndJournal() async throws {
