@@ -297,8 +297,10 @@ enum ConfigFile {
                 guard (plain == nil) != (hashed == nil) else {
                     throw ConfigError(message: "\(label)[\(index)] needs exactly one of token or token_sha256")
                 }
-                if let plain, plain.count < 8 {
-                    throw ConfigError(message: "\(label)[\(index)].token must be at least 8 characters")
+                if let plain, plain.count < TokenEntry.minimumCharacters {
+                    throw ConfigError(
+                        message: "\(label)[\(index)].token must be at least \(TokenEntry.minimumCharacters) characters"
+                    )
                 }
                 if let hashed, hashed.count != 64 || !hashed.allSatisfy(\.isHexDigit) {
                     throw ConfigError(message: "\(label)[\(index)].token_sha256 must be 64 hex digits")

@@ -142,9 +142,17 @@ struct SettingsOptions: ParsableArguments {
             guard parts.count == 2, let role = Role(rawValue: parts[0]), !parts[1].isEmpty else {
                 throw ConfigError(message: "--token must be ROLE:TOKEN with role view or monitor")
             }
+            // The config file's rule: an empty or short token (`--token "view:$UNSET"`) would
+            // let anyone in with it.
+            guard parts[1].count >= TokenEntry.minimumCharacters else {
+                throw ConfigError(message: "--token: the token must be at least \(TokenEntry.minimumCharacters) characters")
+            }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(parts[1]), role: role))
         }
         if let monitorToken {
+            guard monitorToken.count >= TokenEntry.minimumCharacters else {
+                throw ConfigError(message: "--monitor-token must be at least \(TokenEntry.minimumCharacters) characters")
+            }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor))
         }
         SocketActivation.apply(try SocketActivation.descriptors(environment: environment), to: &options.listeners)

@@ -271,6 +271,16 @@ import Glibc
         _ = try resolve("listen:\n  tcp: 127.0.0.1:7878\n")
     }
 
+    /// The flags keep the config file's rule: an empty or short token (`"$UNSET_VAR"`) would
+    /// let anyone authenticate with it.
+    @Test func tokensFromFlagsAreAtLeastEightCharacters() throws {
+        #expect(message(nil, flags: ["--monitor-token", ""])?.contains("--monitor-token must be at least 8") == true)
+        #expect(message(nil, flags: ["--monitor-token", "1234567"])?.contains("at least 8") == true)
+        #expect(message(nil, flags: ["--token", "view:ab"])?.contains("--token: the token must be at least 8") == true)
+        #expect(message(nil, flags: ["--token", "monitor:"])?.contains("ROLE:TOKEN") == true)
+        _ = try resolve(nil, flags: ["--monitor-token", "12345678", "--token", "view:abcdefgh"])
+    }
+
     @Test func aMonitorTokenAloneDoesNotOpenThePlainListener() throws {
         // Only a view token makes clients authenticate; a monitor token leaves every view open.
         let refused = message(nil, flags: ["--listen", "0.0.0.0:7878", "--monitor-token", "monitor-secret"])

@@ -3,7 +3,7 @@
     def test_something(daemon):            # default flags
         socket.create_connection(("127.0.0.1", daemon.tcp_port))
 
-    @pytest.mark.daemon_args("--token", "view:secret", "--storage", "memory")
+    @pytest.mark.daemon_args("--token", "view:secret-token", "--storage", "memory")
     def test_with_flags(daemon): ...       # extra command-line flags
 
     def test_two(daemon_factory):          # as many daemons as needed, each with its own flags
