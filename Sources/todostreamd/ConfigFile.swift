@@ -117,7 +117,7 @@ enum ConfigFile {
         do {
             document = try Yams.compose(yaml: text)
         } catch {
-            throw ConfigError(message: "\(path) is not valid YAML: \(error)")
+            throw ConfigError(message: "\(path) is not valid YAML: \(yamlProblem(error))")
         }
         guard let document else { return [:] }
         var budget = maxNodes
@@ -128,6 +128,27 @@ enum ConfigFile {
         try flatten(root, prefix: "", into: &flat, path: path)
         for (key, value) in flat { try check(key, value) }
         return flat
+    }
+
+    /// What is wrong with the YAML and where, without the file's text: Yams's own description
+    /// quotes the lines around the problem, or the whole document, tokens included, which would
+    /// end up on the terminal and in the journal.
+    static func yamlProblem(_ error: any Error) -> String {
+        guard let error = error as? YamlError else { return "it cannot be read" }
+        func at(_ mark: Mark) -> String { "line \(mark.line), column \(mark.column)" }
+        switch error {
+        case .scanner(_, let problem, let mark, _), .parser(_, let problem, let mark, _),
+            .composer(_, let problem, let mark, _):
+            return "\(problem) at \(at(mark))"
+        case .reader(let problem, _, _, _):
+            return problem
+        case .duplicatedKeysInMapping(let duplicates, let context):
+            return "a key given twice (\(duplicates.sorted().joined(separator: ", "))) near \(at(context.mark))"
+        case .dataCouldNotBeDecoded:
+            return "it is not UTF-8 text"
+        default:
+            return "it cannot be read"
+        }
     }
 
     /// A scalar as the config's kinds need it, resolved here rather than by Yams (whose YAML 1.1

@@ -145,13 +145,17 @@ struct SettingsOptions: ParsableArguments {
             // The config file's rule: an empty or short token (`--token "view:$UNSET"`) would
             // let anyone in with it.
             guard parts[1].count >= TokenEntry.minimumCharacters else {
-                throw ConfigError(message: "--token: the token must be at least \(TokenEntry.minimumCharacters) characters")
+                throw ConfigError(
+                    message: "--token: the token must be at least \(TokenEntry.minimumCharacters) characters"
+                )
             }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(parts[1]), role: role))
         }
         if let monitorToken {
             guard monitorToken.count >= TokenEntry.minimumCharacters else {
-                throw ConfigError(message: "--monitor-token must be at least \(TokenEntry.minimumCharacters) characters")
+                throw ConfigError(
+                    message: "--monitor-token must be at least \(TokenEntry.minimumCharacters) characters"
+                )
             }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor))
         }

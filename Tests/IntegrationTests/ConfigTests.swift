@@ -271,6 +271,23 @@ import Glibc
         _ = try resolve("listen:\n  tcp: 127.0.0.1:7878\n")
     }
 
+    /// A file that is not YAML is named with the problem and where it is, never with its
+    /// text: the lines around a mistake, or the whole document, may hold tokens.
+    @Test func yamlErrorsSayWhereWithoutQuotingTheFile() throws {
+        let secret = "SUPERSECRET-token"
+        let broken = [
+            "auth:\n  tokens:\n    - role: view\n      token: \"\(secret)\": x\n",
+            "auth:\n  tokens:\n    - role: view\n      token: \"\(secret)\n",
+            "log_level: info\nlog_level: debug\nauth:\n  tokens:\n    - role: view\n      token: \"\(secret)\"\n",
+        ]
+        for yaml in broken {
+            let error = try #require(message(yaml))
+            #expect(error.contains("is not valid YAML"), "\(error)")
+            #expect(error.contains("line "), "\(error)")
+            #expect(!error.contains(secret), "\(error)")
+        }
+    }
+
     /// The flags keep the config file's rule: an empty or short token (`"$UNSET_VAR"`) would
     /// let anyone authenticate with it.
     @Test func tokensFromFlagsAreAtLeastEightCharacters() throws {
