@@ -102,18 +102,22 @@ public actor PostgresStore: ServedStore {
         var opened: (position: JournalPosition, server: Int)?
         var lastError = ""
         while opened == nil {
+            // A start that is cancelled (a stop signal while starting) ends here, not at the
+            // deadline.
+            try Task.checkCancellation()
             do {
                 opened = try await prepare(connector: connector, eventLoop: eventLoopGroup.any(), logger: logger)
             } catch let error as StoreError {
                 throw error
             } catch {
+                try Task.checkCancellation()
                 lastError = Self.describe(error)
                 guard ContinuousClock.now < deadline else { break }
                 logger.warning(
                     "cannot reach PostgreSQL yet; retrying",
                     metadata: ["database": "\(settings)", "reason": "\(lastError)"]
                 )
-                try? await Task.sleep(for: delay)
+                try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }
         }

@@ -2,6 +2,7 @@ import ArgumentParser
 import EventStream
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import Relay
 import UnixSignals
 
@@ -200,18 +201,34 @@ struct Serve: AsyncParsableCommand {
         // Every signal the daemon handles is trapped here, before anything listens, and handled
         // in one place: the daemon's `SignalService`. One that arrives while the daemon starts
         // waits for it, so a stop during start-up is a graceful stop too, never the default kill.
-        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
+        let trapped = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
+        // Passed on to the daemon's `SignalService`; a stop signal while the daemon is still
+        // starting (retrying an unreachable PostgreSQL for `postgres.startup_timeout_ms`, longer
+        // than the unit's stop timeout) also cancels the start: nothing runs yet, so that is
+        // the whole graceful stop.
+        let (signals, forward) = AsyncStream.makeStream(of: UnixSignal.self, bufferingPolicy: .bufferingNewest(16))
+        let phase = StartPhase()
+        let settings = self.settings
+        let starting = Task {
+            try await Daemon.start(options, logger: logger, signals: signals, resolver: { try settings.resolve() })
+        }
+        let forwarding = Task {
+            for await signal in trapped {
+                if signal != .sighup, phase.stopDuringStart() { starting.cancel() }
+                forward.yield(signal)
+            }
+        }
+        defer { forwarding.cancel() }
         let daemon: Daemon
         do {
-            let settings = self.settings
-            daemon = try await Daemon.start(
-                options,
-                logger: logger,
-                signals: signals,
-                resolver: { try settings.resolve() }
-            )
-        } catch let error as StartupError {
-            fail(error.message)
+            daemon = try await starting.value
+            phase.started()
+        } catch {
+            if phase.stopRequested {
+                logger.notice("stopped while starting")
+                return
+            }
+            fail((error as? StartupError)?.message ?? "cannot start: \(error)")
         }
         if let portFile {
             do {
@@ -264,6 +281,24 @@ struct CheckConfig: ParsableCommand {
 }
 
 /// Prints `todostreamd: MESSAGE` to standard error and exits 1.
+/// Whether the daemon is still starting, and whether a stop signal came meanwhile.
+final class StartPhase: Sendable {
+    private let state = NIOLockedValueBox((started: false, stopRequested: false))
+
+    /// A stop signal came: true when the daemon is still starting (the start is cancelled).
+    func stopDuringStart() -> Bool {
+        state.withLockedValue { state in
+            guard !state.started else { return false }
+            state.stopRequested = true
+            return true
+        }
+    }
+
+    func started() { state.withLockedValue { $0.started = true } }
+
+    var stopRequested: Bool { state.withLockedValue { $0.stopRequested } }
+}
+
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("todostreamd: \(message)\n".utf8))
     Foundation.exit(1)

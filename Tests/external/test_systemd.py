@@ -350,3 +350,31 @@ def test_the_unit_refuses_system_calls_without_killing_and_the_daemon_runs_refus
     finally:
         daemon.terminate()
         assert daemon.wait(timeout=60) == 0, daemon.stderr.read()
+
+
+def test_a_stop_while_postgresql_is_still_unreachable_at_start_is_graceful(tmp_path):
+    """SIGTERM while the daemon retries an unreachable PostgreSQL at start (for up to
+    postgres.startup_timeout_ms, 30 s by default, longer than the unit's TimeoutStopSec) stops
+    it at once with exit 0: nothing runs yet, so there is nothing to drain."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [daemon_binary(), "serve", "--storage", "postgres",
+         "--postgres-url", f"postgres://todo:secret-password@127.0.0.1:{closed_port}/todo",
+         "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", "--http-listen", "off"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        seen = []
+        while "cannot reach PostgreSQL yet" not in (line := process.stderr.readline()):
+            assert line, f"the daemon ended before retrying: {seen}"
+            seen.append(line)
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=10)
+        assert process.returncode == 0, rest
+        assert "stopped while starting" in rest, rest
+        assert "secret-password" not in rest
+    finally:
+        if process.poll() is None:
+            process.kill()
