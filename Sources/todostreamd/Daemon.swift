@@ -294,14 +294,7 @@ final class Daemon: Sendable {
 
         var options = options
         if options.devTLS, options.tlsCertificatePath == nil {
-            for address in [options.listeners.tls, options.listeners.httpTLS ? options.listeners.http : nil].compactMap(
-                { $0 })
-            where !Self.isLoopback(address.host) {
-                throw StartupError(
-                    message:
-                        "--dev-tls is for development on loopback only, not \(address); give --tls-cert and --tls-key"
-                )
-            }
+            // On loopback only: `DaemonOptions.validate` refused any other address.
             do {
                 let files = try DevCertificate.ensure(in: options.dataDirectory)
                 options.tlsCertificatePath = files.certificatePath

@@ -81,6 +81,19 @@ extension DaemonOptions {
         if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
             throw ConfigError(message: "tls.cert and tls.key go together")
         }
+        if devTLS, tlsCertificatePath == nil {
+            for address in [listeners.tls, listeners.httpTLS ? listeners.http : nil].compactMap({ $0 })
+            where !Daemon.isLoopback(address.host) {
+                throw ConfigError(
+                    message:
+                        "tls.dev (--dev-tls) is for development on loopback only, not \(address); give tls.cert and tls.key (--tls-cert, --tls-key)"
+                )
+            }
+        }
+        if dataDirectory.isEmpty {
+            throw ConfigError(message: "data_dir (--data-dir) is empty")
+        }
+        try checkListenersApart()
         guard !allowInsecure else { return }
         // Plain text to the outside with nobody checked is refused unless asked for. Only a
         // view token makes clients authenticate: a monitor token alone leaves every view open.
@@ -93,6 +106,26 @@ extension DaemonOptions {
                 message:
                     "refusing to listen on \(address) in plain text without a view token: anyone could read and change every todo (a monitor token alone does not make clients authenticate); add a view token or TLS, or set allow_insecure: true"
             )
+        }
+    }
+
+    /// Two listeners on one port (of one address, or one of them on every address) cannot
+    /// both bind: said here, so that `check-config` says it too.
+    private func checkListenersApart() throws {
+        let named: [(String, ListenerConfiguration.Address)] = [
+            ("listen.tcp", listeners.tcp), ("listen.tls", listeners.tls), ("listen.http", listeners.http),
+        ].compactMap { name, address in address.map { (name, $0) } }
+        let wildcards: Set<String> = ["0.0.0.0", "::", "*", ""]
+        for (index, (name, address)) in named.enumerated() where address.port != 0 && address.inheritedDescriptor == nil
+        {
+            for (otherName, other) in named[(index + 1)...]
+            where other.port == address.port && other.inheritedDescriptor == nil
+                && (other.host == address.host || wildcards.contains(other.host) || wildcards.contains(address.host))
+            {
+                throw ConfigError(
+                    message: "\(name) and \(otherName) are both on port \(address.port) (\(address), \(other))"
+                )
+            }
         }
     }
 }

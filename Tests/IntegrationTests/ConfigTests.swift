@@ -288,6 +288,23 @@ import Glibc
         }
     }
 
+    /// What `serve` would refuse, `check-config` refuses too: both resolve the same way.
+    @Test func settingsServeWouldRefuseAreRefusedWhenResolved() throws {
+        let devOutside = message("listen:\n  tls: 0.0.0.0:7443\ntls:\n  dev: true\n")
+        #expect(devOutside?.contains("tls.dev (--dev-tls) is for development on loopback only") == true)
+        _ = try resolve("listen:\n  tls: 127.0.0.1:7443\ntls:\n  dev: true\n")
+        #expect(message("data_dir: \"\"\n")?.contains("data_dir (--data-dir) is empty") == true)
+        #expect(
+            message("listen:\n  tcp: 127.0.0.1:9000\n  http: 127.0.0.1:9000\n")?
+                .contains("listen.tcp and listen.http are both on port 9000") == true
+        )
+        #expect(
+            message("listen:\n  tcp: 0.0.0.0:9000\n  http: 127.0.0.1:9000\n")?.contains("both on port 9000") == true
+        )
+        _ = try resolve("listen:\n  tcp: 127.0.0.1:0\n  http: 127.0.0.1:0\n")
+        _ = try resolve("listen:\n  tcp: 127.0.0.1:9000\n  http: 127.0.0.2:9000\n")
+    }
+
     /// The flags keep the config file's rule: an empty or short token (`"$UNSET_VAR"`) would
     /// let anyone authenticate with it.
     @Test func tokensFromFlagsAreAtLeastEightCharacters() throws {
