@@ -378,7 +378,9 @@ final class Daemon: Sendable {
             notifier: reloader.notifier,
             watchdogInterval: SystemdNotifier.watchdogInterval(environment: options.environment),
             statusInterval: .seconds(5),
-            probe: { [group, store, relay] in await Self.probe(group: group, store: store, relay: relay) },
+            probe: { [group, store, relay, reloader] in
+                await Self.probe(group: group, store: store, relay: relay).map(reloader.status)
+            },
             logger: logger
         )
         // Other daemons' broadcasts (several daemons on one database) merge into the same order.

@@ -14,6 +14,24 @@ struct Reloader: Sendable {
     let relay: RelayServer<TodoWireCodec>
     let notifier: SystemdNotifier
     let logger: Logger
+    /// Why the last reload was refused, until one succeeds: shown in systemd's `STATUS=`, so
+    /// that `systemctl status` tells a refused reload from an applied one.
+    let refusal = NIOLockedValueBox<String?>(nil)
+
+    /// The status line to show: `serving`'s, with the last refused reload's reason.
+    func status(_ serving: String) -> String {
+        guard let reason = refusal.withLockedValue({ $0 }) else { return serving }
+        return "\(serving); config not reloaded: \(reason)"
+    }
+
+    /// A refused reload: logged, and shown in the status until a reload succeeds.
+    private func refused(_ message: String, reason: String) -> Bool {
+        logger.error("\(message)", metadata: ["reason": "\(reason)"])
+        let line = reason.split(whereSeparator: \.isNewline).joined(separator: " ")
+        refusal.withLockedValue { $0 = String(line.prefix(200)) }
+        notifier.notify("STATUS=config not reloaded: \(line.prefix(200))")
+        return false
+    }
 
     /// Reloads what can change while running: the config file (through `resolver`, which
     /// re-reads the file and the environment and re-applies the flags), limits, tokens, and
@@ -29,25 +47,19 @@ struct Reloader: Sendable {
         do {
             next = try resolver?() ?? current
         } catch {
-            logger.error("config not reloaded; keeping the old one", metadata: ["reason": "\(error)"])
-            return false
+            return refused("config not reloaded; keeping the old one", reason: "\(error)")
         }
         if next.devTLS, next.tlsCertificatePath == nil {
             next.tlsCertificatePath = current.tlsCertificatePath
             next.tlsKeyPath = current.tlsKeyPath
         }
-        if next.listeners != current.listeners || next.dataDirectory != current.dataDirectory
-            || next.storage != current.storage || next.postgresURL != current.postgresURL
-            || next.postgres != current.postgres
-        {
+        let changed = Self.restartOnlyChanges(from: current, to: next)
+        if !changed.isEmpty {
             logger.warning(
-                "listeners, data_dir, storage and postgres settings change only on restart; keeping the running ones"
+                "these settings change only on restart; keeping the running ones",
+                metadata: ["settings": "\(changed.joined(separator: ", "))"]
             )
-            next.listeners = current.listeners
-            next.dataDirectory = current.dataDirectory
-            next.storage = current.storage
-            next.postgresURL = current.postgresURL
-            next.postgres = current.postgres
+            Self.keepRestartOnly(of: current, in: &next)
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
             do {
@@ -60,11 +72,10 @@ struct Reloader: Sendable {
                 relay.replaceTLSContext(context)
                 logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
             } catch {
-                logger.error(
+                return refused(
                     "not reloaded: the TLS certificate is unusable; keeping the old settings",
-                    metadata: ["reason": "\(error)"]
+                    reason: "\(error)"
                 )
-                return false
             }
         }
         relay.settings.update(configuration: next.relay, auth: next.auth)
@@ -73,7 +84,56 @@ struct Reloader: Sendable {
             logger.notice("log level changed", metadata: ["log_level": "\(level)"])
         }
         options.withLockedValue { $0 = next }
+        if refusal.withLockedValue({ $0 }) != nil {
+            refusal.withLockedValue { $0 = nil }
+            notifier.notify("STATUS=reloaded")
+        }
         logger.notice("reloaded")
         return true
+    }
+
+    /// The groups of settings, by their config names, that differ between `current` and
+    /// `next` and take effect only when the daemon starts: what the listeners bind, where and
+    /// how the store keeps its data, the journal's bounds and the sequencer's batches.
+    static func restartOnlyChanges(from current: DaemonOptions, to next: DaemonOptions) -> [String] {
+        var changed: [String] = []
+        if next.listeners != current.listeners { changed.append("listen") }
+        if next.dataDirectory != current.dataDirectory { changed.append("data_dir") }
+        if next.storage != current.storage { changed.append("storage") }
+        if next.postgresURL != current.postgresURL || next.postgres != current.postgres { changed.append("postgres") }
+        if next.retention != current.retention { changed.append("journal") }
+        if storeSettings(next) != storeSettings(current) { changed.append("store") }
+        return changed
+    }
+
+    /// Puts the running values of the restart-only settings back into `next`.
+    static func keepRestartOnly(of current: DaemonOptions, in next: inout DaemonOptions) {
+        next.listeners = current.listeners
+        next.dataDirectory = current.dataDirectory
+        next.storage = current.storage
+        next.postgresURL = current.postgresURL
+        next.postgres = current.postgres
+        next.retention = current.retention
+        next.maxBatch = current.maxBatch
+        next.listRowCache = current.listRowCache
+        next.sequencerSpinMicroseconds = current.sequencerSpinMicroseconds
+        next.handOverThread = current.handOverThread
+        next.sequencerGatherMicroseconds = current.sequencerGatherMicroseconds
+        next.maxQueuedRequests = current.maxQueuedRequests
+        next.synchronousFull = current.synchronousFull
+        next.walWriteBufferBytes = current.walWriteBufferBytes
+        next.sqliteCacheKiB = current.sqliteCacheKiB
+        next.sqlitePageBytes = current.sqlitePageBytes
+        next.sqliteDeferredTodos = current.sqliteDeferredTodos
+    }
+
+    /// The `store.*` settings, compared as one.
+    private static func storeSettings(_ options: DaemonOptions) -> [Int?] {
+        [
+            options.maxBatch, options.listRowCache, options.sequencerSpinMicroseconds,
+            options.handOverThread.map { $0 ? 1 : 0 }, options.sequencerGatherMicroseconds,
+            options.maxQueuedRequests, options.synchronousFull ? 1 : 0, options.walWriteBufferBytes,
+            options.sqliteCacheKiB, options.sqlitePageBytes, options.sqliteDeferredTodos,
+        ]
     }
 }

@@ -288,6 +288,20 @@ import Glibc
         }
     }
 
+    /// A reload names the settings it cannot change live, and keeps their running values:
+    /// the journal's bounds and the store's tuning as well as listeners and storage.
+    @Test func aReloadNamesAndKeepsWhatOnlyARestartChanges() throws {
+        let current = try resolve("journal:\n  max_entries: 1000\n")
+        var next = try resolve("journal:\n  max_entries: 50\nstore:\n  max_batch: 64\nlog_level: debug\n")
+        #expect(Reloader.restartOnlyChanges(from: current, to: next) == ["journal", "store"])
+        Reloader.keepRestartOnly(of: current, in: &next)
+        #expect(Reloader.restartOnlyChanges(from: current, to: next).isEmpty)
+        #expect(next.retention.maxEntries == 1000)
+        #expect(next.logLevel == "debug", "what changes live still does")
+        let moved = try resolve("journal:\n  max_entries: 1000\nlisten:\n  tcp: 127.0.0.1:7999\n")
+        #expect(Reloader.restartOnlyChanges(from: current, to: moved) == ["listen"])
+    }
+
     /// What `serve` would refuse, `check-config` refuses too: both resolve the same way.
     @Test func settingsServeWouldRefuseAreRefusedWhenResolved() throws {
         let devOutside = message("listen:\n  tls: 0.0.0.0:7443\ntls:\n  dev: true\n")

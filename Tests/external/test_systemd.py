@@ -378,3 +378,44 @@ def test_a_stop_while_postgresql_is_still_unreachable_at_start_is_graceful(tmp_p
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_a_refused_reload_shows_in_the_status_until_one_succeeds(tmp_path):
+    """systemctl reload cannot fail a Type=notify-reload service; a refused reload is told in
+    STATUS= (what `systemctl status` shows), kept in the periodic status line, and cleared by
+    the next reload that is applied."""
+    path = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    listener.settimeout(15)
+    config = tmp_path / "todostreamd.yaml"
+    config.write_text("log_level: info\n")
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")
+    proc = subprocess.Popen([daemon_binary(), "serve", "--config", str(config), "--data-dir", str(tmp_path / "data"),
+                             "--listen", "127.0.0.1:0", "--http-listen", "off"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def until(predicate):
+        while not predicate(message := listener.recv(4096).decode()):
+            pass
+        return message
+
+    try:
+        until(lambda m: m.startswith("READY=1"))
+        config.write_text("log_level: loud\n")
+        proc.send_signal(signal.SIGHUP)
+        refused = until(lambda m: "config not reloaded" in m)
+        assert "log_level" in refused, refused
+        periodic = until(lambda m: m.startswith("WATCHDOG=1"))
+        assert "connections" in periodic and "config not reloaded" in periodic, periodic
+        config.write_text("log_level: debug\n")
+        proc.send_signal(signal.SIGHUP)
+        until(lambda m: "STATUS=reloaded" in m)
+        periodic = until(lambda m: m.startswith("WATCHDOG=1"))
+        assert "config not reloaded" not in periodic, periodic
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
