@@ -317,6 +317,11 @@ final class Daemon: Sendable {
                 clientCAPath: options.tlsClientCAPath,
                 closeTimeout: options.tlsCloseTimeout
             )
+            // Served anyway (the operator may be about to replace it), but said loudly: every
+            // client that checks it refuses it.
+            if let problem = certificateDateProblem(cert) {
+                logger.error("\(problem): clients will refuse it; replace it and reload")
+            }
         }
 
         let settings = RelaySettings(configuration: options.relay, auth: options.auth)
@@ -493,6 +498,20 @@ final class Daemon: Sendable {
             else { return false }
         }
         return octets[0] == "127"
+    }
+
+    /// What is wrong with the dates of the certificate at `path` (its first, the server's),
+    /// at `now`: nil when it is valid, or cannot be read (`makeTLSContext` says why then).
+    static func certificateDateProblem(_ path: String, now: Date = Date()) -> String? {
+        guard let certificate = try? NIOSSLCertificate.fromPEMFile(path).first else { return nil }
+        let formatter = ISO8601DateFormatter()
+        let notAfter = Date(timeIntervalSince1970: TimeInterval(certificate.notValidAfter))
+        let notBefore = Date(timeIntervalSince1970: TimeInterval(certificate.notValidBefore))
+        if now > notAfter { return "the TLS certificate \(path) expired on \(formatter.string(from: notAfter))" }
+        if now < notBefore {
+            return "the TLS certificate \(path) is not valid until \(formatter.string(from: notBefore))"
+        }
+        return nil
     }
 
     static func makeTLSContext(

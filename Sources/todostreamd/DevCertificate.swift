@@ -18,7 +18,17 @@ enum DevCertificate {
         let certificatePath = (folder as NSString).appendingPathComponent("cert.pem")
         let keyPath = (folder as NSString).appendingPathComponent("key.pem")
         let manager = FileManager.default
-        if !manager.fileExists(atPath: certificatePath) || !manager.fileExists(atPath: keyPath) {
+        // One made by an earlier start is kept while it stays valid for a day more; an older
+        // one is made again (a year on, every client would refuse it as expired).
+        let usable =
+            manager.fileExists(atPath: keyPath)
+            && ((try? String(contentsOfFile: certificatePath, encoding: .utf8))
+                .flatMap { try? Certificate(pemEncoded: $0) }
+                .map { $0.notValidAfter > Date().addingTimeInterval(24 * 3600) && $0.notValidBefore <= Date() }
+                ?? false)
+        if !usable {
+            try? manager.removeItem(atPath: certificatePath)
+            try? manager.removeItem(atPath: keyPath)
             try manager.createDirectory(
                 atPath: folder,
                 withIntermediateDirectories: true,
@@ -41,19 +51,23 @@ enum DevCertificate {
         return Files(certificatePath: certificatePath, keyPath: keyPath, fingerprint: fingerprint)
     }
 
-    static func generate() throws -> (certificate: String, key: String) {
+    /// A certificate and key; valid from five minutes before `now` for a year unless told
+    /// otherwise (tests make expired ones).
+    static func generate(
+        now: Date = Date(),
+        validFor: TimeInterval = 365 * 86_400
+    ) throws -> (certificate: String, key: String) {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName {
             CommonName("todostreamd development certificate")
             OrganizationName("todostream")
         }
-        let now = Date()
         let certificate = try Certificate(
             version: .v3,
             serialNumber: Certificate.SerialNumber(),
             publicKey: .init(key.publicKey),
             notValidBefore: now.addingTimeInterval(-300),
-            notValidAfter: now.addingTimeInterval(365 * 86_400),
+            notValidAfter: now.addingTimeInterval(validFor),
             issuer: name,
             subject: name,
             signatureAlgorithm: .ecdsaWithSHA256,

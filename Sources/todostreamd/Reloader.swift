@@ -62,6 +62,14 @@ struct Reloader: Sendable {
             Self.keepRestartOnly(of: current, in: &next)
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
+            // A certificate that clients would refuse (expired, or not valid yet) is a bad one:
+            // the one in use stays.
+            if let problem = Daemon.certificateDateProblem(cert) {
+                return refused(
+                    "not reloaded: the TLS certificate is not valid now; keeping the old settings",
+                    reason: problem
+                )
+            }
             do {
                 let context = try Daemon.makeTLSContext(
                     certificatePath: cert,

@@ -275,12 +275,14 @@ struct CheckConfig: ParsableCommand {
             } catch let error as StartupError {
                 fail(error.message)
             }
+            if let problem = Daemon.certificateDateProblem(certificate) {
+                FileHandle.standardError.write(Data("todostreamd: warning: \(problem)\n".utf8))
+            }
         }
         print("\(file): ok")
     }
 }
 
-/// Prints `todostreamd: MESSAGE` to standard error and exits 1.
 /// Whether the daemon is still starting, and whether a stop signal came meanwhile.
 final class StartPhase: Sendable {
     private let state = NIOLockedValueBox((started: false, stopRequested: false))
@@ -299,6 +301,7 @@ final class StartPhase: Sendable {
     var stopRequested: Bool { state.withLockedValue { $0.stopRequested } }
 }
 
+/// Prints `todostreamd: MESSAGE` to standard error and exits 1.
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("todostreamd: \(message)\n".utf8))
     Foundation.exit(1)

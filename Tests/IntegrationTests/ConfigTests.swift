@@ -109,6 +109,29 @@ import Glibc
         )
     }
 
+    /// A certificate outside its dates is said to be: expired, or not valid yet; and the
+    /// development certificate of an earlier start is made again once it would expire.
+    @Test func certificatesOutsideTheirDatesAreNamedAndTheDevelopmentOneRenewed() throws {
+        let directory = temporaryDirectory()
+        let expired = try DevCertificate.generate(now: Date().addingTimeInterval(-400 * 86_400))
+        let path = directory + "/expired.pem"
+        try Data(expired.certificate.utf8).write(to: URL(fileURLWithPath: path))
+        #expect(Daemon.certificateDateProblem(path)?.contains("expired on") == true)
+        let later = try DevCertificate.generate(now: Date().addingTimeInterval(86_400))
+        let futurePath = directory + "/later.pem"
+        try Data(later.certificate.utf8).write(to: URL(fileURLWithPath: futurePath))
+        #expect(Daemon.certificateDateProblem(futurePath)?.contains("is not valid until") == true)
+        let fresh = try DevCertificate.ensure(in: directory)
+        #expect(Daemon.certificateDateProblem(fresh.certificatePath) == nil)
+        #expect(try DevCertificate.ensure(in: directory).fingerprint == fresh.fingerprint, "kept while valid")
+        // An expired one in the data dir, as a year on: made again.
+        try Data(expired.certificate.utf8).write(to: URL(fileURLWithPath: fresh.certificatePath))
+        try Data(expired.key.utf8).write(to: URL(fileURLWithPath: fresh.keyPath))
+        let renewed = try DevCertificate.ensure(in: directory)
+        #expect(renewed.fingerprint != fresh.fingerprint)
+        #expect(Daemon.certificateDateProblem(renewed.certificatePath) == nil)
+    }
+
     /// A TLS file that cannot be used is named, with what is wrong with it in plain words.
     @Test func tlsFilesThatCannotBeUsedAreNamedInPlainWords() throws {
         let one = try DevCertificate.ensure(in: temporaryDirectory())

@@ -610,6 +610,12 @@ struct RawWebSocket {
             #expect(try await kept.json()["re"] as? String == "still here")
             try Data("garbage".utf8).write(to: URL(fileURLWithPath: files.certificatePath))
             #expect(daemon.reload() == false)
+            // So is an expired one, which every client would refuse.
+            let expired = try DevCertificate.generate(now: Date().addingTimeInterval(-400 * 86_400))
+            try Data(expired.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+            try Data(expired.key.utf8).write(to: URL(fileURLWithPath: files.keyPath))
+            #expect(daemon.reload() == false)
+            try Data(good.key.utf8).write(to: URL(fileURLWithPath: files.keyPath))
             // The good certificate stays in use after the bad one was refused.
             try Data(good.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
             let afterBad = try await connect(trusting: files.certificatePath)
