@@ -192,8 +192,12 @@ struct Serve: AsyncParsableCommand {
             fail(error.message)
         }
         LogLevelControl.level = Logger.Level(rawValue: options.logLevel) ?? .info
+        let toJournal = JournalStream.isStandardErrorTheJournal(environment: ProcessInfo.processInfo.environment)
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler =
+                toJournal
+                ? StreamLogHandler(label: label, stream: JournalStream())
+                : StreamLogHandler.standardError(label: label)
             handler.logLevel = .trace
             return ReloadableLogHandler(handler)
         }

@@ -419,3 +419,31 @@ def test_a_refused_reload_shows_in_the_status_until_one_succeeds(tmp_path):
         if proc.poll() is None:
             proc.kill()
         listener.close()
+
+
+def test_log_lines_carry_their_priority_when_stderr_is_the_journal(tmp_path):
+    """Under systemd (JOURNAL_STREAM names standard error's device and inode) every line starts
+    with its syslog priority, which journald stores (`journalctl -p err` finds the errors), and
+    without a timestamp of the daemon's own; anywhere else lines are as they were."""
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        status = os.fstat(stderr.fileno())
+        env = dict(os.environ, JOURNAL_STREAM=f"{status.st_dev}:{status.st_ino}")
+        proc = subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"),
+                                 "--listen", "127.0.0.1:0", "--http-listen", "off",
+                                 "--port-file", str(tmp_path / "ports.json")],
+                                env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            while not (tmp_path / "ports.json").exists() or not (tmp_path / "ports.json").read_text():
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    lines = log.read_text().splitlines()
+    assert lines, "nothing logged"
+    assert any(line.startswith("<5>notice todostreamd:") for line in lines), lines
+    assert any(line.startswith("<6>info todostreamd:") for line in lines), lines
+    assert all(line[0] == "<" and line[2] == ">" for line in lines), lines
