@@ -1,7 +1,8 @@
+import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import Logging
 
 /// Standard error as systemd's journal reads it, when the journal is what standard error is
 /// connected to (`JOURNAL_STREAM` names its device and inode): each line starts with its
