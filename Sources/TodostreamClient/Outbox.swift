@@ -10,6 +10,9 @@ struct Outbox: Sendable {
         /// The encoded frame, without framing.
         let frame: [UInt8]
         var sent: Bool
+        /// Whether it went out on some connection, this one or an earlier one: one that never
+        /// did cannot have been applied.
+        var everSent: Bool
     }
 
     enum EnqueueResult: Sendable, Hashable {
@@ -31,7 +34,7 @@ struct Outbox: Sendable {
 
     mutating func enqueue(id: String, mid: String?, frame: [UInt8], connectionReady: Bool) -> EnqueueResult {
         guard entries.count < capacity else { return .full }
-        entries.append(Entry(id: id, mid: mid, frame: frame, sent: connectionReady))
+        entries.append(Entry(id: id, mid: mid, frame: frame, sent: connectionReady, everSent: connectionReady))
         return connectionReady ? .send(frame) : .queued
     }
 
@@ -41,6 +44,7 @@ struct Outbox: Sendable {
         var frames: [[UInt8]] = []
         for index in entries.indices {
             entries[index].sent = true
+            entries[index].everSent = true
             frames.append(entries[index].frame)
         }
         return frames

@@ -213,14 +213,22 @@ public actor TodostreamClient {
     }
 
     private func expire(_ id: String) {
-        outbox.remove(id: id)
+        let queued = outbox.remove(id: id)
         guard let entry = pending.removeValue(forKey: id) else { return }
         let write = entry.expected == .responseTodoViewModel || entry.expected == .responseUpdateDetailViewModel
         let reason = machine.isReady ? nil : connectionProblem
+        let outcome: String
+        if !write {
+            outcome = "."
+        } else if queued?.everSent == false {
+            outcome = "; it was never sent, so nothing was applied."
+        } else {
+            outcome = "; the write may have been applied."
+        }
         let message =
             "No answer within \(configuration.requestTimeout)"
             + (reason.map { "; the last connection attempt failed: \($0)" } ?? " (is the daemon reachable?)")
-            + (write ? "; the write may have been applied." : ".")
+            + outcome
         entry.continuation?.resume(throwing: ClientError(.timeout, message))
     }
 

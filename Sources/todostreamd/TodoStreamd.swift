@@ -241,7 +241,7 @@ struct Serve: AsyncParsableCommand {
                 // Nobody can find the daemon: stop it the usual way (the store closes), then fail.
                 await daemon.shutdown()
                 try? await daemon.run()
-                throw error
+                fail("\(error)")
             }
         }
         try await daemon.run()
@@ -317,6 +317,24 @@ func writePortFile(_ path: String, _ addresses: BoundAddresses) throws {
     if let port = addresses.tls?.port { fields.append("\"tls\":\(port)") }
     if let port = addresses.http?.port { fields.append("\"http\":\(port)") }
     let temporary = path + ".tmp"
-    try Data(("{" + fields.joined(separator: ",") + "}\n").utf8).write(to: URL(fileURLWithPath: temporary))
-    _ = rename(temporary, path)
+    do {
+        try Data(("{" + fields.joined(separator: ",") + "}\n").utf8).write(to: URL(fileURLWithPath: temporary))
+    } catch {
+        let directory = (path as NSString).deletingLastPathComponent
+        var isDirectory: ObjCBool = false
+        let reason =
+            !FileManager.default.fileExists(atPath: directory.isEmpty ? "." : directory, isDirectory: &isDirectory)
+            ? "no such directory"
+            : !isDirectory.boolValue ? "\(directory) is not a directory" : "it cannot be written there"
+        throw PortFileError(message: "cannot write the port file \(path): \(reason)")
+    }
+    guard rename(temporary, path) == 0 else {
+        throw PortFileError(message: "cannot write the port file \(path): \(String(cString: strerror(errno)))")
+    }
+}
+
+/// The port file could not be written, in plain words.
+struct PortFileError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
 }

@@ -36,6 +36,17 @@ import Testing
         check(outbox.remove(id: "c2"), nil)
         #expect(outbox.count == 0)
     }
+
+    /// A write that never went out on any connection cannot have been applied; one sent on a
+    /// connection since lost may have been.
+    @Test func rememberWhetherAnEntryEverWentOut() {
+        var outbox = Outbox(capacity: 4)
+        _ = outbox.enqueue(id: "c1", mid: "m:1", frame: [1], connectionReady: false)
+        _ = outbox.enqueue(id: "c2", mid: "m:2", frame: [2], connectionReady: true)
+        outbox.connectionLost()
+        #expect(outbox.remove(id: "c1")?.everSent == false)
+        #expect(outbox.remove(id: "c2")?.everSent == true)
+    }
 }
 
 @Suite struct MutationIDsTests {

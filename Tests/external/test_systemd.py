@@ -100,6 +100,12 @@ def test_a_busy_port_and_an_unwritable_data_dir_are_one_line_errors(daemon, tmp_
     assert unwritable.returncode != 0
     assert str(blocker / "data") in unwritable.stderr
     assert len(unwritable.stderr.strip().splitlines()) == 1
+    no_port_file = subprocess.run([daemon_binary(), "serve", "--data-dir", str(tmp_path / "e"), "--listen", "127.0.0.1:0",
+                                   "--http-listen", "off", "--port-file", str(tmp_path / "nowhere" / "ports.json")],
+                                  capture_output=True, text=True, timeout=60)
+    assert no_port_file.returncode == 1
+    assert f"cannot write the port file {tmp_path / 'nowhere' / 'ports.json'}: no such directory" in no_port_file.stderr
+    assert "Cocoa" not in no_port_file.stderr
 
 
 def test_sigterm_drains_every_client_and_loses_no_acknowledged_write(daemon):
