@@ -145,6 +145,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         var logger = services.logger
         logger[metadataKey: "connection.id"] = "\(id)"
         logger[metadataKey: "transport"] = "\(transport)"
+        logger[metadataKey: "remote"] = "\(remoteIP)"
         self.logger = logger
     }
 
@@ -314,7 +315,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // error handler writes a close): nothing may go to the socket past it, not even what was
         // gathered for it (the close below would fail it unsent anyway).
         _ = socketWrites.close()
-        logger.debug("connection error", metadata: ["error": "\(error)"])
+        if error is NIOSSLError || error is BoringSSLError {
+            // A TLS handshake refused (an untrusted certificate, no client certificate, not
+            // TLS at all): what an operator looks for when clients cannot connect.
+            logger.info("TLS connection failed", metadata: ["error": "\(error)"])
+        } else {
+            logger.debug("connection error", metadata: ["error": "\(error)"])
+        }
         context.close(promise: nil)
     }
 
@@ -623,8 +630,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             applySubscriptions(patterns, from: previousRole, to: role)
             write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) })
         case .refuse:
+            logger.info("authentication refused")
             sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)
         case .refuseAndClose:
+            logger.info("authentication refused; closing after too many bad tokens")
             closeAfter(
                 OutboundFrame.error(
                     .unauthorized,
