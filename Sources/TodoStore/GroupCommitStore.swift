@@ -60,6 +60,8 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     /// (at most one a second) makes a probe write, so that the store reports healthy again as
     /// soon as storage takes writes (a disk with room again), without waiting for a client's
     /// write: a load balancer that took the daemon out of rotation sends it none.
+    public var lastSeenHealthy: Bool { healthy }
+
     public var isHealthy: Bool {
         get async {
             guard !healthy, !executing else { return healthy }

@@ -214,6 +214,8 @@ public actor PostgresStore: ServedStore {
 
     public var isHealthy: Bool { health.isUp }
 
+    public var lastSeenHealthy: Bool { health.isUp }
+
     // MARK: Reads
 
     func readStored(id: UUID?) async throws(AppError) -> [Todo] {

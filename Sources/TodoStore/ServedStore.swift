@@ -14,6 +14,11 @@ public protocol ServedStore: TodoStore, JournalReader {
     /// the journal follower is connected).
     var isHealthy: Bool { get async }
 
+    /// The health last seen, without looking again (no probe write): for the watchdog's and
+    /// `/metrics`' looks, which must not use up the probe `/healthz` makes (at most one a
+    /// second), so that `/healthz` says 200 as soon as storage takes writes again.
+    var lastSeenHealthy: Bool { get async }
+
     /// Commit latency (one observation per group commit).
     var commitLatency: LatencyHistogram { get async }
 

@@ -343,7 +343,7 @@ final class Daemon: Sendable {
                 )
             },
             metrics: {
-                let storeHealthy = await store.isHealthy
+                let storeHealthy = await store.lastSeenHealthy
                 let commitLatency = await store.commitLatency
                 let loops = await hub.loopMetrics()
                 return hub.metrics.render(
@@ -609,7 +609,7 @@ final class Daemon: Sendable {
                 var loops: [any EventLoop] = []
                 for loop in group.makeIterator() { loops.append(loop) }
                 for loop in loops { try? await loop.submit {}.get() }
-                _ = await store.isHealthy
+                _ = await store.lastSeenHealthy
                 finish(true)
                 timer.cancel()
             }

@@ -28,6 +28,7 @@ actor LifecycleStore: ServedStore {
         try await inner.entries(after: after, through: through)
     }
     var isHealthy: Bool { get async { await inner.isHealthy } }
+    var lastSeenHealthy: Bool { get async { await inner.lastSeenHealthy } }
     var commitLatency: LatencyHistogram { get async { await inner.commitLatency } }
     func startingPosition() async throws -> JournalPosition { try await inner.position() }
 

@@ -3,7 +3,7 @@ import NIOCore
 import NIOPosix
 import Relay
 import Testing
-import TodoStore
+@testable import TodoStore
 
 @testable import todostreamd
 
@@ -280,6 +280,28 @@ import TodoStore
             try await client.send(["type": "RequestTodoViewModels", "id": "l"])
             let list = try await client.json()
             #expect((list["payload"] as? [Any])?.count == 1)
+        }
+    }
+
+    /// `/healthz` says 200 at its first look once storage takes writes again: the other looks
+    /// at the store's health (`/metrics`, the watchdog's) make no probe write of their own, so
+    /// they never use up the one `/healthz` may make (at most one a probe interval).
+    @Test func healthzRecoversAtItsFirstLookWhateverElseLookedMeanwhile() async throws {
+        let (store, faults) = await GroupCommitStore.inMemory()
+        await store.setProbeInterval(.seconds(3_600))
+        try await withDaemon(store: store) { daemon in
+            let (client, _) = try await daemon.client()
+            let created = try await client.createTodo("Before the outage")
+            faults.failCommits(true)
+            try await client.send([
+                "type": "RequestDeleteTodoViewModel", "id": "x", "payload": ["todo": ["id": todoID(created) ?? ""]],
+            ])
+            #expect(errorCode(try await client.json()) == "unavailable")
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics")
+            #expect(metrics.body.contains("todostream_storage_up 0"), "\(metrics.body.prefix(300))")
+            faults.failCommits(false)
+            _ = try await httpGet(port: daemon.httpPort, path: "/metrics")
+            #expect(try await httpGet(port: daemon.httpPort, path: "/healthz").status == 200)
         }
     }
 
