@@ -113,6 +113,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var helloSeq: UInt64 = 0
     /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
+    /// A page of a replay waiting for the client to take what was written of it, and the
+    /// rest of the page (`writeReplayed`).
+    private var replayWaiter: (promise: EventLoopPromise<Bool>, rest: ArraySlice<ByteBuffer>)?
 
     init(
         services: RelayServices<Codec>,
@@ -286,6 +289,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func stop() {
         idleTimer?.cancel()
         idleTimer = nil
+        resumption.sessionClosing()
+        wakeReplay()
         guard case .unregister = lifecycle.stop() else { return }
         if authentication.role == .monitor {
             services.hub.updateSubscriptions(self, from: types, to: TypeSet(), monitor: true, isMonitor: false)
@@ -692,7 +697,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                             body: .payload(entry.payload)
                         )
                     }
-                    let stillOpen = try await loop.submit { bound.value.writeReplayed(frames) }.get()
+                    let stillOpen = try await loop.flatSubmit { bound.value.writeReplayed(frames) }.get()
                     guard stillOpen else { return }
                     cursor = page.through
                 }
@@ -703,12 +708,74 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
     }
 
-    /// Writes a page of replayed broadcasts; false once the session is closing.
-    private func writeReplayed(_ frames: [ByteBuffer]) -> Bool {
-        guard case .write = resumption.pageRead() else { return false }
-        for frame in frames { write(frame) }
+    /// Writes a page of replayed broadcasts, at the client's pace: whenever what the daemon
+    /// holds for the client passes half the outbound bound, the rest waits until the client
+    /// has taken it all (the kernel still has the tail to send meanwhile, so the socket stays
+    /// busy). A long replay thus never fills the bound, which would cut a client that reads,
+    /// only not as fast as the journal is read; one that reads nothing is cut as always (its
+    /// backlog does not shrink). The future says, once the page is written, whether the replay
+    /// goes on (false once the session is closing).
+    private func writeReplayed(_ frames: [ByteBuffer]) -> EventLoopFuture<Bool> {
+        let promise = loop.makePromise(of: Bool.self)
+        replayWaiter?.promise.succeed(false)
+        replayWaiter = (promise, frames[...])
+        continueReplay()
+        return promise.futureResult
+    }
+
+    /// Writes what is left of the page while the backlog allows; completes the page's future
+    /// when it is all written, or the session is closing.
+    private func continueReplay() {
+        guard let waiter = replayWaiter else { return }
+        let promise = waiter.promise
+        var rest = waiter.rest
+        guard resumption.pageRead() == .write, !lifecycle.isClosing, context != nil else {
+            replayWaiter = nil
+            promise.succeed(false)
+            return
+        }
+        if !rest.isEmpty, queuedBytes > 0, queuedBytes > limits.bytes / 2 {
+            lookAtTheReplayLater()
+            return
+        }
+        // What is written here waits, gathered, until the flush: counted as it goes.
+        var held = queuedBytes
+        while let frame = rest.popFirst() {
+            write(frame)
+            held += frame.readableBytes
+            if !rest.isEmpty, held > limits.bytes / 2 { break }
+        }
         flush()
-        return resumption.pageRead() == .write
+        if rest.isEmpty {
+            replayWaiter = nil
+            promise.succeed(resumption.pageRead() == .write && !lifecycle.isClosing)
+            return
+        }
+        replayWaiter = (promise, rest)
+        lookAtTheReplayLater()
+    }
+
+    /// The backlog shrinks as the client reads, which no event says below the channel's
+    /// water marks: a waiting replay looks again shortly, and goes on once nothing is held.
+    private func lookAtTheReplayLater() {
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        loop.scheduleTask(in: .milliseconds(2)) {
+            let session = bound.value
+            guard session.replayWaiter != nil else { return }
+            if session.queuedBytes == 0 || session.lifecycle.isClosing || session.context == nil {
+                session.continueReplay()
+            } else {
+                session.lookAtTheReplayLater()
+            }
+        }
+    }
+
+    /// A replay waiting for the client stops once the session is closing.
+    private func wakeReplay() {
+        guard replayWaiter != nil, resumption.pageRead() != .write || lifecycle.isClosing || context == nil else {
+            return
+        }
+        continueReplay()
     }
 
     private func finishResume(_ outcome: ResumeStateMachine.Outcome, re: CorrelationID?) {
@@ -1019,6 +1086,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             }
             flush()
         }
+        wakeReplay()
         context.fireChannelWritabilityChanged()
     }
 
@@ -1034,7 +1102,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Moves the session to closing for `reason`; `.none` when it already was.
     private func closeSession(_ reason: SessionStateMachine.CloseReason) -> SessionStateMachine.CloseAction {
         let action = lifecycle.close(reason)
-        if action != .none { resumption.sessionClosing() }
+        if action != .none {
+            resumption.sessionClosing()
+            wakeReplay()
+        }
         return action
     }
 

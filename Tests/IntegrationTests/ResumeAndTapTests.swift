@@ -85,6 +85,47 @@ import Testing
         }
     }
 
+    /// A replay far longer than the outbound bound goes at the pace of a client that reads
+    /// slowly: every page waits until the client has taken the last, so the client gets it
+    /// all instead of being cut as a slow consumer.
+    @Test func aLongReplayGoesAtTheClientsPace() async throws {
+        try await withDaemon(
+            .custom({ options in
+                options.relay.maxQueueBytes = 32 << 10
+                options.relay.maxQueueFrames = 100
+                options.relay.resumePageSize = 20
+                options.relay.slowConsumerCheckMs = 100
+                options.relay.socketSendBufferBytes = 4096
+                options.relay.rateLimitPerSecond = 1_000_000
+                options.relay.rateLimitBurst = 1_000_000
+            })
+        ) { daemon in
+            let (writer, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            let created = try await writer.createTodo(String(repeating: "Replayed ", count: 100))
+            let id = try #require(todoID(created))
+            let count = 400
+            for index in 0..<count {
+                try await writer.send([
+                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
+                ])
+                if index % 25 == 24 { _ = try await writer.json(until: { ($0["re"] as? Int) == index }) }
+            }
+            let reader = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
+            _ = try await reader.json()
+            try await reader.readSlowly()
+            let reading = Task { try await reader.trickle(every: .milliseconds(5)) }
+            defer { reading.cancel() }
+            try await reader.send(["op": "resume", "epoch": epoch, "after": 0, "id": "r"])
+            let (resumed, replayed) = try await reader.json(
+                until: { $0["op"] as? String == "resumed" || $0["op"] as? String == "error" },
+                timeout: .seconds(60)
+            )
+            #expect(resumed["op"] as? String == "resumed", "\(resumed) after \(replayed.count)")
+            #expect(replayed.compactMap { $0["seq"] as? Int } == Array(1...(count + 1)))
+        }
+    }
+
     @Test func replayedFramesAreByteForByteTheLiveOnes() async throws {
         try await withDaemon(storage: .sqlite) { daemon in
             let (writer, _) = try await daemon.client()

@@ -129,10 +129,10 @@ final class TestConnection: Sendable {
 
     /// Reads 1 KiB every 50 ms (about 20 KB/s: a reader, but a slow one) until cancelled or
     /// closed. The pauses make the client slow; nothing waits on them.
-    func trickle() async throws {
+    func trickle(every pause: Duration = .milliseconds(50)) async throws {
         while !Task.isCancelled, channel.isActive {
             channel.read()
-            try await Task.sleep(for: .milliseconds(50))
+            try await Task.sleep(for: pause)
         }
     }
 
