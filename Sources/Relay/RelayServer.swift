@@ -364,7 +364,10 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 }
                 var headers = HTTPHeaders()
                 let token = Self.presentedToken(head.headers, auth: settings.auth)
-                if let subprotocol = token?.subprotocol {
+                // The valid token's subprotocol; else the first offered: a browser that offered
+                // any and gets none back drops the connection unexplained, where this session
+                // starts unauthenticated and its greeting says `"auth":"required"`.
+                if let subprotocol = token?.subprotocol ?? Self.firstOfferedSubprotocol(head.headers) {
                     headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
                 }
                 let deflate = configuration.webSocketCompression ? PerMessageDeflate.negotiate(head.headers) : nil
@@ -437,6 +440,13 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             if let role = auth.role(for: offered) { return (role, offered) }
         }
         return nil
+    }
+
+    /// The first subprotocol the client offered, if any.
+    static func firstOfferedSubprotocol(_ headers: HTTPHeaders) -> String? {
+        headers[canonicalForm: "Sec-WebSocket-Protocol"].lazy
+            .map { String($0).trimmingCharacters(in: .whitespaces) }
+            .first { !$0.isEmpty }
     }
 
     /// Browsers send `Origin`; other clients usually do not. Without a configured list, an

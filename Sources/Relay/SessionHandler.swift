@@ -258,7 +258,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             writer.field("session", uuid)
             writer.field("epoch", services.hub.epoch)
             writer.field("seq", helloSeq)
-            writer.field("auth", auth.required ? "required" : "none")
+            // "required" only while this session has to authenticate: one that did with its
+            // upgrade (a bearer token or a subprotocol) has nothing more to do.
+            let awaitsToken: Bool
+            if case .awaitToken = access { awaitsToken = true } else { awaitsToken = false }
+            writer.field("auth", awaitsToken ? "required" : "none")
             OutboundFrame.stringArray(&writer, "subscriptions", patterns.map(\.text))
         }
         write(hello)
