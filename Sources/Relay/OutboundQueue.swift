@@ -28,19 +28,24 @@ struct OutboundQueue {
     /// - Parameters:
     ///   - channelWritable: the channel is below its high-water mark.
     ///   - channelBacklog: bytes the channel holds that the kernel has not taken.
+    ///   - asked: an answer to the client's own request, which waits here even over the bound:
+    ///     how many it can have asked for is bounded by the read-ahead
+    ///     (`max_pipelined_frames`), and a client that stops reading is cut by the stall
+    ///     watch, not for asking.
     mutating func write(
         _ buffer: ByteBuffer,
         frames count: Int,
         channelWritable: Bool,
         channelBacklog: Int,
         maxBytes: Int,
-        maxFrames: Int
+        maxFrames: Int,
+        asked: Bool = false
     ) -> WriteAction {
         if buffers.isEmpty, channelWritable { return .write }
         buffers.append((buffer, count))
         bytes += buffer.readableBytes
         frames += count
-        if bytes + channelBacklog > maxBytes || frames > maxFrames { return .overflow }
+        if !asked, bytes + channelBacklog > maxBytes || frames > maxFrames { return .overflow }
         return .queued
     }
 

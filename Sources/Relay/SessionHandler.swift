@@ -113,6 +113,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var helloSeq: UInt64 = 0
     /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
+    /// A look at backed-up answers is scheduled (`lookAtTheIntakeLater`).
+    private var intakeWaits = false
     /// A page of a replay waiting for the client to take what was written of it, and the
     /// rest of the page (`writeReplayed`).
     private var replayWaiter: (promise: EventLoopPromise<Bool>, rest: ArraySlice<ByteBuffer>)?
@@ -337,10 +339,34 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Whether frames from the client wait: a resume is running, or the session is closing.
     private var inboundPaused: Bool { resumption.isRunning || lifecycle.isClosing }
 
+    /// Whether answers wait for the client beyond half the outbound bound: no new request is
+    /// taken until it has read them (and past the read-ahead, none is read: TCP back-pressure),
+    /// so a client that pipelines requests with large answers gets them at its own pace.
+    private var answersBackedUp: Bool { !outbound.isEmpty && queuedBytes > limits.bytes / 2 }
+
+    /// Looks again shortly whether the answers backed up have been read (no event says so
+    /// below the channel's water marks), then takes requests again.
+    private func lookAtTheIntakeLater() {
+        guard !intakeWaits else { return }
+        intakeWaits = true
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        loop.scheduleTask(in: .milliseconds(2)) {
+            let session = bound.value
+            session.intakeWaits = false
+            guard !session.lifecycle.isClosing, session.context != nil else { return }
+            if session.answersBackedUp { session.lookAtTheIntakeLater() } else { session.drain() }
+            // (`drain` looks again while a client that has finished sending still waits for answers.)
+        }
+    }
+
     /// Handles queued frames until one needs the bus (or a resume) to finish.
     private func drain() {
         let maxInFlight = configuration.maxPipelinedFrames
         frames: while !inboundPaused {
+            if answersBackedUp {
+                lookAtTheIntakeLater()
+                break
+            }
             switch inbound.nextFrame(maxInFlight: maxInFlight) {
             case .handle(let frame):
                 handle(frame)
@@ -360,7 +386,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         flush()
         guard let context else { return }
-        switch inbound.drained(paused: inboundPaused, maxQueued: configuration.maxPipelinedFrames) {
+        // A client that has finished sending is closed once its answers are out, not while some
+        // still wait in the session's queue (they would be lost with it).
+        let answersWait = inbound.input == .closed && !outbound.isEmpty
+        if answersWait { lookAtTheIntakeLater() }
+        switch inbound.drained(paused: inboundPaused || answersWait, maxQueued: configuration.maxPipelinedFrames) {
         case .close:
             guard case .closeWhenFlushed = closeSession(.inputClosed) else { return }
             let channel = context.channel
@@ -873,7 +903,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func enqueueReply(_ frame: ByteBuffer) -> Bool {
         guard !lifecycle.isClosing else { return false }
         if hold(frame, seq: nil) { return false }
-        write(frame)
+        write(frame, asked: true)
         return markPending()
     }
 
@@ -929,7 +959,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Hands `buffer` to the channel, or queues it (see `OutboundQueue`). With `flushing`, a
     /// buffer handed to the channel is flushed with it.
-    private func write(_ buffer: ByteBuffer, frames: Int = 1, flushing: Bool = false) {
+    private func write(_ buffer: ByteBuffer, frames: Int = 1, flushing: Bool = false, asked: Bool = false) {
         guard let context, !lifecycle.isClosing else { return }
         var bytes = buffer
         if authentication.role == .monitor, let redactor = services.settings.monitorRedactor {
@@ -956,7 +986,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             channelWritable: channelWritable,
             channelBacklog: outbound.isEmpty ? 0 : channelBacklog,
             maxBytes: limits.bytes,
-            maxFrames: limits.frames
+            maxFrames: limits.frames,
+            asked: asked
         ) {
         case .write where flushing:
             channelWrite(context, bytes, flush: true)

@@ -480,6 +480,41 @@ import Testing
         }
     }
 
+    /// A client that pipelines requests whose answers are far larger than the outbound bound,
+    /// and reads them as fast as it can, gets every answer in order: answers it asked for are
+    /// not a reason to cut it, and no new request is taken while they back up.
+    @Test func pipelinedAnswersLargerThanTheBoundReachAReadingClient() async throws {
+        try await withDaemon(
+            .custom({ options in
+                options.relay.maxQueueBytes = 64 << 10
+                options.relay.rateLimitPerSecond = 1_000_000
+                options.relay.rateLimitBurst = 1_000_000
+            })
+        ) { daemon in
+            let (writer, _) = try await daemon.client()
+            for index in 0..<40 {
+                try await writer.send([
+                    "type": "RequestUpdateDetailViewModel", "id": "c\(index)",
+                    "payload": [
+                        "todo": ["id": UUID().uuidString, "version": 0], "title": "Todo \(index)",
+                        "subtitle": String(repeating: "s", count: 2_400),
+                    ],
+                ])
+                _ = try await writer.json(until: { $0["re"] as? String == "c\(index)" && $0["seq"] == nil })
+            }
+            let reader = try await TestConnection.connect(port: daemon.tcpPort)
+            _ = try await reader.json()
+            let count = 100
+            reader.post((0..<count).map { #"{"type":"RequestTodoViewModels","id":\#($0)}"# + "\n" }.joined())
+            for index in 0..<count {
+                let answer = try await reader.json(timeout: .seconds(30))
+                #expect(answer["re"] as? Int == index, "\(answer["error"] ?? answer["re"] ?? "")")
+                #expect((answer["payload"] as? [Any])?.count == 40)
+                if answer["re"] as? Int != index { break }
+            }
+        }
+    }
+
     /// A client cut as a slow consumer while its own requests still wait unread in the
     /// daemon's socket (it pipelined far more than the daemon reads ahead, and goes on
     /// sending) gets the notice and an orderly end once it reads: the daemon shuts its output
