@@ -98,6 +98,9 @@ enum ConfigFile {
         return try parse(yaml: text, path: path)
     }
 
+    /// The shortest token accepted, from the config file or a flag.
+    static let minimumTokenCharacters = 8
+
     /// The largest config file read, and the most YAML nodes it may hold once aliases are
     /// followed (a handful of aliases can otherwise stand for billions of nodes).
     static let maxBytes = 1 << 20
@@ -318,9 +321,10 @@ enum ConfigFile {
                 guard (plain == nil) != (hashed == nil) else {
                     throw ConfigError(message: "\(label)[\(index)] needs exactly one of token or token_sha256")
                 }
-                if let plain, plain.count < TokenEntry.minimumCharacters {
+                if let plain, plain.count < ConfigFile.minimumTokenCharacters {
                     throw ConfigError(
-                        message: "\(label)[\(index)].token must be at least \(TokenEntry.minimumCharacters) characters"
+                        message:
+                            "\(label)[\(index)].token must be at least \(ConfigFile.minimumTokenCharacters) characters"
                     )
                 }
                 if let hashed, hashed.count != 64 || !hashed.allSatisfy(\.isHexDigit) {

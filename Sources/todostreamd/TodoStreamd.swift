@@ -145,17 +145,17 @@ struct SettingsOptions: ParsableArguments {
             }
             // The config file's rule: an empty or short token (`--token "view:$UNSET"`) would
             // let anyone in with it.
-            guard parts[1].count >= TokenEntry.minimumCharacters else {
+            guard parts[1].count >= ConfigFile.minimumTokenCharacters else {
                 throw ConfigError(
-                    message: "--token: the token must be at least \(TokenEntry.minimumCharacters) characters"
+                    message: "--token: the token must be at least \(ConfigFile.minimumTokenCharacters) characters"
                 )
             }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(parts[1]), role: role))
         }
         if let monitorToken {
-            guard monitorToken.count >= TokenEntry.minimumCharacters else {
+            guard monitorToken.count >= ConfigFile.minimumTokenCharacters else {
                 throw ConfigError(
-                    message: "--monitor-token must be at least \(TokenEntry.minimumCharacters) characters"
+                    message: "--monitor-token must be at least \(ConfigFile.minimumTokenCharacters) characters"
                 )
             }
             options.tokens.append(TokenEntry(sha256: TokenEntry.digest(monitorToken), role: .monitor))

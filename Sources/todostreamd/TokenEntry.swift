@@ -9,9 +9,6 @@ struct TokenEntry: Sendable, Hashable {
     let sha256: String
     let role: Role
 
-    /// The shortest token accepted, from the config file or a flag.
-    static let minimumCharacters = 8
-
     static func digest(_ token: String) -> String {
         SHA256.hash(data: Array(token.utf8)).map { byte in
             let hex = String(byte, radix: 16)
