@@ -191,6 +191,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         return path.isEmpty ? "/" : String(path)
     }
 
+    static let contentSecurityPolicy =
+        "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
+        + "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
     private func respond(
         _ context: ChannelHandlerContext,
         _ request: HTTPRequestHead,
@@ -204,6 +208,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "Content-Type", value: contentType)
         headers.add(name: "Content-Length", value: String(body.count))
         headers.add(name: "X-Content-Type-Options", value: "nosniff")
+        // The page loads only its own files and talks only to this daemon, and no other site
+        // may frame it (its delete buttons would be a click away from someone else's page).
+        headers.add(name: "Content-Security-Policy", value: Self.contentSecurityPolicy)
+        headers.add(name: "X-Frame-Options", value: "DENY")
+        headers.add(name: "Referrer-Policy", value: "no-referrer")
         for (name, value) in extra { headers.add(name: name, value: value) }
         let keepAlive = request.isKeepAlive && !close
         if !keepAlive { headers.add(name: "Connection", value: "close") }

@@ -876,3 +876,8 @@ def test_root_serves_the_web_frontend(daemon):
     status, headers, body = http_get(daemon.http_port, "/")
     assert status == 200 and headers.get("Content-Type", "").startswith("text/html"), (status, headers)
     assert b"<" in body
+    # Its own files only, and no other site may frame it.
+    assert "frame-ancestors 'none'" in headers.get("Content-Security-Policy", ""), headers
+    assert "default-src 'self'" in headers.get("Content-Security-Policy", ""), headers
+    assert headers.get("X-Frame-Options") == "DENY", headers
+    assert headers.get("X-Content-Type-Options") == "nosniff", headers
