@@ -38,6 +38,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let health: @Sendable () async -> HealthReport
     private let metrics: @Sendable () async -> String
     private let originAllowed: @Sendable (HTTPHeaders) -> Bool
+    /// Whether every connection `max_connections` allows is taken (an upgrade then gets 503).
+    private let sessionsFull: @Sendable () -> Bool
     private let assets: HTTPAssets
     private var head: HTTPRequestHead?
     /// A whole request must arrive within this long (`limits.handshake_timeout_ms`): from the
@@ -51,8 +53,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         health: @escaping @Sendable () async -> HealthReport,
         metrics: @escaping @Sendable () async -> String,
         originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true },
+        sessionsFull: @escaping @Sendable () -> Bool = { false },
         assets: HTTPAssets = [:]
     ) {
+        self.sessionsFull = sessionsFull
         self.health = health
         self.metrics = metrics
         self.originAllowed = originAllowed
@@ -160,6 +164,17 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             if case .malformed(let reason) = WebSocketHandshake.problem(head) {
                 return respond(context, head, .badRequest, "text/plain; charset=utf-8", Array((reason + "\n").utf8))
+            }
+            if WebSocketHandshake.problem(head) == nil, head.headers.contains(name: "Upgrade"), sessionsFull() {
+                return respond(
+                    context,
+                    head,
+                    .serviceUnavailable,
+                    "text/plain; charset=utf-8",
+                    Array("Too many connections (limits.max_connections); try again later.\n".utf8),
+                    extra: [("Retry-After", "1")],
+                    close: true
+                )
             }
             return respond(
                 context,

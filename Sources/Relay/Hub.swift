@@ -185,9 +185,11 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         case tooManyFromIP
     }
 
-    func admit(ip: String, limits: RelayConfiguration) -> Admission {
+    /// `reserve`: connections past `maxConnections` this listener may take (HTTP's, for plain
+    /// requests).
+    func admit(ip: String, limits: RelayConfiguration, reserve: Int = 0) -> Admission {
         counters.withLockedValue { counters in
-            if counters.total >= limits.maxConnections { return .tooManyTotal }
+            if counters.total >= limits.maxConnections + reserve { return .tooManyTotal }
             if counters.perIP[ip, default: 0] >= limits.maxConnectionsPerIP { return .tooManyFromIP }
             counters.total += 1
             counters.perIP[ip, default: 0] += 1

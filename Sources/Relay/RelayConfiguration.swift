@@ -29,6 +29,10 @@ public struct RelayConfiguration: Sendable, Equatable {
     /// Connections accepted at once, in total and from one IP address.
     public var maxConnections: Int = 10_000
     public var maxConnectionsPerIP: Int = 1_000
+    /// HTTP connections accepted past `maxConnections` for plain requests only (`/healthz`,
+    /// `/metrics`, the page): monitoring still answers when every connection is taken. An
+    /// upgrade to WebSocket past `maxConnections` gets `503`.
+    public var httpReserveConnections: Int = 16
     /// Frames per second one connection may send (token bucket), and the burst allowed.
     public var rateLimitPerSecond: Double = 1_000
     public var rateLimitBurst: Double = 2_000

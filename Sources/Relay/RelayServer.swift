@@ -199,7 +199,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         halfClosure: Bool = false,
         _ initializer: @escaping @Sendable (any Channel) throws -> Void
     ) async throws -> any Channel {
-        let admit = admission(initializer)
+        let admit = admission(http: kind == "HTTP", initializer)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: Self.listenBacklog)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -231,6 +231,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     /// and its bootstrap closes it), tracked until it closes, then set up by `initializer`.
     private func admission(
         unregistered: Bool = false,
+        http: Bool = false,
         _ initializer: @escaping @Sendable (any Channel) throws -> Void
     ) -> @Sendable (any Channel) -> EventLoopFuture<Void> {
         let hub = self.hub
@@ -240,7 +241,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let sendBuffer = settings.configuration.socketSendBufferBytes
         return { channel in
             let ip = channel.remoteAddress?.ipAddress ?? "?"
-            switch hub.admit(ip: ip, limits: settings.configuration) {
+            let limits = settings.configuration
+            switch hub.admit(ip: ip, limits: limits, reserve: http ? limits.httpReserveConnections : 0) {
             case .admitted:
                 break
             case .tooManyTotal, .tooManyFromIP:
@@ -287,7 +289,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let group = self.group
         let logger = self.logger
         listener.run(logger: logger) { [self] descriptor in
-            let admit = self.admission(unregistered: true) { channel in try configure(channel, descriptor) }
+            let admit = self.admission(unregistered: true, http: kind == "HTTP") { channel in
+                try configure(channel, descriptor)
+            }
             ClientBootstrap(group: group)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelOption(.maxMessagesPerRead, value: 16)
@@ -341,6 +345,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         }
         let services = self.services
         let settings = self.settings
+        let hub = self.hub
         let allowedOrigins = configuration.allowedOrigins
         // What the upgrade request carried (a token's role, an accepted deflate offer), decided
         // once in `shouldUpgrade` and used when the WebSocket pipeline is built.
@@ -357,8 +362,11 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 let path = HTTPHandler.path(of: head.uri)
                 // RFC 6455 §4.1: the opening handshake is a GET (anything else is answered by
                 // the HTTP handler: 405).
+                // Past `max_connections` (on HTTP's reserve) no session is opened: the HTTP
+                // handler answers 503.
                 guard head.method == .GET, path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins),
-                    WebSocketHandshake.problem(head) == nil
+                    WebSocketHandshake.problem(head) == nil,
+                    hub.connectionCount <= settings.configuration.maxConnections
                 else {
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
@@ -414,6 +422,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             health: health,
             metrics: metrics,
             originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) },
+            sessionsFull: { hub.connectionCount > settings.configuration.maxConnections },
             assets: assets
         )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)

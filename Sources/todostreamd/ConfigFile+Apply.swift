@@ -63,6 +63,7 @@ extension ConfigFile {
         if let value = int("limits.max_subscriptions") { options.relay.maxSubscriptions = value }
         if let value = int("limits.max_connections") { options.relay.maxConnections = value }
         if let value = int("limits.max_connections_per_ip") { options.relay.maxConnectionsPerIP = value }
+        if let value = int("limits.http_reserve_connections") { options.relay.httpReserveConnections = value }
         if let value = int("limits.rate_limit_per_second") { options.relay.rateLimitPerSecond = Double(value) }
         if let value = int("limits.rate_limit_burst") { options.relay.rateLimitBurst = Double(value) }
         if let value = int("limits.unauthenticated_idle_seconds") { options.relay.unauthenticatedIdleSeconds = value }

@@ -62,6 +62,7 @@ enum ConfigFile {
         "limits.max_subscriptions": .int(1...10_000),
         "limits.max_connections": .int(1...10_000_000),
         "limits.max_connections_per_ip": .int(1...10_000_000),
+        "limits.http_reserve_connections": .int(0...10_000),
         "limits.rate_limit_per_second": .int(1...10_000_000),
         "limits.rate_limit_burst": .int(1...10_000_000),
         "limits.unauthenticated_idle_seconds": .int(1...86_400),

@@ -399,6 +399,26 @@ struct RawWebSocket {
         }
     }
 
+    /// With every connection `max_connections` allows taken, `/healthz` and `/metrics` still
+    /// answer (HTTP's reserve), and a WebSocket upgrade on the reserve gets 503.
+    @Test func monitoringAnswersWhenEveryConnectionIsTaken() async throws {
+        try await withDaemon(.custom({ $0.relay.maxConnections = 2 })) { daemon in
+            let (first, _) = try await daemon.client()
+            let (second, _) = try await daemon.client()
+            let health = try await httpGet(port: daemon.httpPort, path: "/healthz")
+            #expect(health.status == 200)
+            #expect(try await httpGet(port: daemon.httpPort, path: "/metrics").status == 200)
+            let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort)
+            #expect(socket == nil)
+            #expect(status.contains(" 503 "), "\(status)")
+            // A third NDJSON client is refused as before.
+            let third = try await TestConnection.connect(port: daemon.tcpPort)
+            #expect(try await third.waitForClose().isEmpty)
+            await first.close()
+            await second.close()
+        }
+    }
+
     @Test func aForeignOriginIsRefused() async throws {
         try await withDaemon { daemon in
             let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort, origin: "http://evil.example")
@@ -693,6 +713,8 @@ extension TLSTests {
                 options.listeners.httpTLS = true
             }
             options.relay.maxConnections = 2
+            // No reserve for plain HTTP requests here: the limit itself is what is tested.
+            options.relay.httpReserveConnections = 0
         }
         try await withDaemon(setup) { daemon in
             let port = try #require(listener == "tls" ? daemon.addresses.tls?.port : daemon.httpPort)
