@@ -162,10 +162,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     Array("This Origin may not open /events (see websocket.allowed_origins).\n".utf8)
                 )
             }
-            if case .malformed(let reason) = WebSocketHandshake.problem(head) {
+            let problem = WebSocketHandshake.problem(head)
+            if case .malformed(let reason) = problem {
                 return respond(context, head, .badRequest, "text/plain; charset=utf-8", Array((reason + "\n").utf8))
             }
-            if WebSocketHandshake.problem(head) == nil, head.headers.contains(name: "Upgrade"), sessionsFull() {
+            if problem == nil, sessionsFull() {
                 return respond(
                     context,
                     head,

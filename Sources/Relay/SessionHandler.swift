@@ -113,8 +113,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var helloSeq: UInt64 = 0
     /// Closes the session if no valid token comes in time (see `AuthenticationStateMachine`).
     private var idleTimer: Scheduled<Void>?
-    /// A look at backed-up answers is scheduled (`lookAtTheIntakeLater`).
-    private var intakeWaits = false
+    /// A look at the backlog is scheduled (`lookAtTheBacklogLater`).
+    private var backlogWatched = false
     /// A page of a replay waiting for the client to take what was written of it, and the
     /// rest of the page (`writeReplayed`).
     private var replayWaiter: (promise: EventLoopPromise<Bool>, rest: ArraySlice<ByteBuffer>)?
@@ -296,7 +296,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         idleTimer?.cancel()
         idleTimer = nil
         resumption.sessionClosing()
-        wakeReplay()
+        continueReplay()  // ends a replay waiting for the client
         guard case .unregister = lifecycle.stop() else { return }
         if authentication.role == .monitor {
             services.hub.updateSubscriptions(self, from: types, to: TypeSet(), monitor: true, isMonitor: false)
@@ -336,6 +336,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
+    /// The newest seq broadcast on this session's loop.
+    private var loopHead: UInt64 { shard?.head ?? helloSeq }
+
     /// Whether frames from the client wait: a resume is running, or the session is closing.
     private var inboundPaused: Bool { resumption.isRunning || lifecycle.isClosing }
 
@@ -344,18 +347,29 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// so a client that pipelines requests with large answers gets them at its own pace.
     private var answersBackedUp: Bool { !outbound.isEmpty && queuedBytes > limits.bytes / 2 }
 
-    /// Looks again shortly whether the answers backed up have been read (no event says so
-    /// below the channel's water marks), then takes requests again.
-    private func lookAtTheIntakeLater() {
-        guard !intakeWaits else { return }
-        intakeWaits = true
+    /// The backlog shrinks as the client reads, which no event says below the channel's water
+    /// marks: what waits on it (requests behind backed-up answers, the rest of a replay's page)
+    /// looks again shortly, one look at a time. Each goes on, or asks for another look.
+    private func lookAtTheBacklogLater() {
+        guard !backlogWatched else { return }
+        backlogWatched = true
         let bound = NIOLoopBound(self, eventLoop: loop)
         loop.scheduleTask(in: .milliseconds(2)) {
             let session = bound.value
-            session.intakeWaits = false
-            guard !session.lifecycle.isClosing, session.context != nil else { return }
-            if session.answersBackedUp { session.lookAtTheIntakeLater() } else { session.drain() }
+            session.backlogWatched = false
+            let closing = session.lifecycle.isClosing || session.context == nil
+            // A waiting page goes on once the client has taken everything (or ends).
+            if session.replayWaiter != nil {
+                if session.queuedBytes == 0 || closing {
+                    session.continueReplay()
+                } else {
+                    session.lookAtTheBacklogLater()
+                }
+            }
+            // Requests wait behind answers only while no resume runs (its end drains them).
+            guard !closing, !session.resumption.isRunning else { return }
             // (`drain` looks again while a client that has finished sending still waits for answers.)
+            if session.answersBackedUp { session.lookAtTheBacklogLater() } else { session.drain() }
         }
     }
 
@@ -364,7 +378,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let maxInFlight = configuration.maxPipelinedFrames
         frames: while !inboundPaused {
             if answersBackedUp {
-                lookAtTheIntakeLater()
+                lookAtTheBacklogLater()
                 break
             }
             switch inbound.nextFrame(maxInFlight: maxInFlight) {
@@ -389,7 +403,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // A client that has finished sending is closed once its answers are out, not while some
         // still wait in the session's queue (they would be lost with it).
         let answersWait = inbound.input == .closed && !outbound.isEmpty
-        if answersWait { lookAtTheIntakeLater() }
+        if answersWait { lookAtTheBacklogLater() }
         switch inbound.drained(paused: inboundPaused || answersWait, maxQueued: configuration.maxPipelinedFrames) {
         case .close:
             guard case .closeWhenFlushed = closeSession(.inputClosed) else { return }
@@ -649,7 +663,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         )
         patterns = next
         types = resolved
-        resumption.subscriptionsChanged(to: resolved, head: services.hub.shard(for: loop)?.head ?? helloSeq)
+        resumption.subscriptionsChanged(to: resolved, head: loopHead)
     }
 
     private func authenticate(frame: ClientFrame, re: CorrelationID?) {
@@ -694,7 +708,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             types: types,
             heldSinceStart: heldSinceStart,
             helloSeq: helloSeq,
-            current: services.hub.shard(for: loop)?.head ?? helloSeq,
+            current: loopHead,
             released: services.hub.seq,
             pageSize: configuration.resumePageSize
         )
@@ -768,8 +782,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             promise.succeed(false)
             return
         }
-        if !rest.isEmpty, queuedBytes > 0, queuedBytes > limits.bytes / 2 {
-            lookAtTheReplayLater()
+        if !rest.isEmpty, queuedBytes > limits.bytes / 2 {
+            lookAtTheBacklogLater()
             return
         }
         // What is written here waits, gathered, until the flush: counted as it goes.
@@ -786,30 +800,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             return
         }
         replayWaiter = (promise, rest)
-        lookAtTheReplayLater()
-    }
-
-    /// The backlog shrinks as the client reads, which no event says below the channel's
-    /// water marks: a waiting replay looks again shortly, and goes on once nothing is held.
-    private func lookAtTheReplayLater() {
-        let bound = NIOLoopBound(self, eventLoop: loop)
-        loop.scheduleTask(in: .milliseconds(2)) {
-            let session = bound.value
-            guard session.replayWaiter != nil else { return }
-            if session.queuedBytes == 0 || session.lifecycle.isClosing || session.context == nil {
-                session.continueReplay()
-            } else {
-                session.lookAtTheReplayLater()
-            }
-        }
-    }
-
-    /// A replay waiting for the client stops once the session is closing.
-    private func wakeReplay() {
-        guard replayWaiter != nil, resumption.pageRead() != .write || lifecycle.isClosing || context == nil else {
-            return
-        }
-        continueReplay()
+        lookAtTheBacklogLater()
     }
 
     private func finishResume(_ outcome: ResumeStateMachine.Outcome, re: CorrelationID?) {
@@ -1121,7 +1112,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             }
             flush()
         }
-        wakeReplay()
         context.fireChannelWritabilityChanged()
     }
 
@@ -1139,7 +1129,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let action = lifecycle.close(reason)
         if action != .none {
             resumption.sessionClosing()
-            wakeReplay()
+            continueReplay()  // ends a replay waiting for the client
         }
         return action
     }
@@ -1247,13 +1237,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     var isIdle: Bool { !resumption.isRunning && inbound.isIdle }
 }
 
-/// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
-/// recognised eight bytes at a time (no byte with its high bit set).
 /// A name from a client as an error message shows it: at most 80 characters.
 private func shown(_ name: String) -> String {
     name.unicodeScalars.count <= 80 ? name : String(String.UnicodeScalarView(name.unicodeScalars.prefix(80))) + "…"
 }
 
+/// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
+/// recognised eight bytes at a time (no byte with its high bit set).
 func isValidUTF8(_ bytes: [UInt8]) -> Bool {
     bytes.withUnsafeBytes(isASCII) || String(validating: bytes, as: UTF8.self) != nil
 }

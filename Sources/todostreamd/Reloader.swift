@@ -92,56 +92,55 @@ struct Reloader: Sendable {
             logger.notice("log level changed", metadata: ["log_level": "\(level)"])
         }
         options.withLockedValue { $0 = next }
-        if refusal.withLockedValue({ $0 }) != nil {
-            refusal.withLockedValue { $0 = nil }
-            notifier.notify("STATUS=reloaded")
+        let wasRefused = refusal.withLockedValue { refusal in
+            defer { refusal = nil }
+            return refusal != nil
         }
+        if wasRefused { notifier.notify("STATUS=reloaded") }
         logger.notice("reloaded")
         return true
     }
 
-    /// The groups of settings, by their config names, that differ between `current` and
-    /// `next` and take effect only when the daemon starts: what the listeners bind, where and
+    /// A setting that takes effect only when the daemon starts: compared between the options in
+    /// force and a reload's, and kept at its running value.
+    struct RestartOnlySetting: Sendable {
+        let same: @Sendable (DaemonOptions, DaemonOptions) -> Bool
+        let keep: @Sendable (inout DaemonOptions, DaemonOptions) -> Void
+
+        init<Value: Equatable & SendableMetatype>(_ path: any WritableKeyPath<DaemonOptions, Value> & Sendable) {
+            same = { $0[keyPath: path] == $1[keyPath: path] }
+            keep = { $0[keyPath: path] = $1[keyPath: path] }
+        }
+    }
+
+    /// The restart-only settings, by their config groups: what the listeners bind, where and
     /// how the store keeps its data, the journal's bounds and the sequencer's batches.
+    static let restartOnly: [(group: String, settings: [RestartOnlySetting])] = [
+        ("listen", [.init(\.listeners)]),
+        ("data_dir", [.init(\.dataDirectory)]),
+        ("storage", [.init(\.storage)]),
+        ("postgres", [.init(\.postgresURL), .init(\.postgres)]),
+        ("journal", [.init(\.retention)]),
+        (
+            "store",
+            [
+                .init(\.maxBatch), .init(\.listRowCache), .init(\.sequencerSpinMicroseconds), .init(\.handOverThread),
+                .init(\.sequencerGatherMicroseconds), .init(\.maxQueuedRequests), .init(\.synchronousFull),
+                .init(\.walWriteBufferBytes), .init(\.sqliteCacheKiB), .init(\.sqlitePageBytes),
+                .init(\.sqliteDeferredTodos),
+            ]
+        ),
+    ]
+
+    /// The groups of restart-only settings that differ between `current` and `next`.
     static func restartOnlyChanges(from current: DaemonOptions, to next: DaemonOptions) -> [String] {
-        var changed: [String] = []
-        if next.listeners != current.listeners { changed.append("listen") }
-        if next.dataDirectory != current.dataDirectory { changed.append("data_dir") }
-        if next.storage != current.storage { changed.append("storage") }
-        if next.postgresURL != current.postgresURL || next.postgres != current.postgres { changed.append("postgres") }
-        if next.retention != current.retention { changed.append("journal") }
-        if storeSettings(next) != storeSettings(current) { changed.append("store") }
-        return changed
+        restartOnly.filter { !$0.settings.allSatisfy { $0.same(current, next) } }.map(\.group)
     }
 
     /// Puts the running values of the restart-only settings back into `next`.
     static func keepRestartOnly(of current: DaemonOptions, in next: inout DaemonOptions) {
-        next.listeners = current.listeners
-        next.dataDirectory = current.dataDirectory
-        next.storage = current.storage
-        next.postgresURL = current.postgresURL
-        next.postgres = current.postgres
-        next.retention = current.retention
-        next.maxBatch = current.maxBatch
-        next.listRowCache = current.listRowCache
-        next.sequencerSpinMicroseconds = current.sequencerSpinMicroseconds
-        next.handOverThread = current.handOverThread
-        next.sequencerGatherMicroseconds = current.sequencerGatherMicroseconds
-        next.maxQueuedRequests = current.maxQueuedRequests
-        next.synchronousFull = current.synchronousFull
-        next.walWriteBufferBytes = current.walWriteBufferBytes
-        next.sqliteCacheKiB = current.sqliteCacheKiB
-        next.sqlitePageBytes = current.sqlitePageBytes
-        next.sqliteDeferredTodos = current.sqliteDeferredTodos
-    }
-
-    /// The `store.*` settings, compared as one.
-    private static func storeSettings(_ options: DaemonOptions) -> [Int?] {
-        [
-            options.maxBatch, options.listRowCache, options.sequencerSpinMicroseconds,
-            options.handOverThread.map { $0 ? 1 : 0 }, options.sequencerGatherMicroseconds,
-            options.maxQueuedRequests, options.synchronousFull ? 1 : 0, options.walWriteBufferBytes,
-            options.sqliteCacheKiB, options.sqlitePageBytes, options.sqliteDeferredTodos,
-        ]
+        for (_, settings) in restartOnly {
+            for setting in settings { setting.keep(&next, current) }
+        }
     }
 }

@@ -91,13 +91,11 @@ import Testing
     @Test func aLongReplayGoesAtTheClientsPace() async throws {
         try await withDaemon(
             .custom({ options in
+                DaemonSetup.roomForAFlood.apply(&options)
                 options.relay.maxQueueBytes = 32 << 10
                 options.relay.maxQueueFrames = 100
                 options.relay.resumePageSize = 20
                 options.relay.slowConsumerCheckMs = 100
-                options.relay.socketSendBufferBytes = 4096
-                options.relay.rateLimitPerSecond = 1_000_000
-                options.relay.rateLimitBurst = 1_000_000
             })
         ) { daemon in
             let (writer, hello) = try await daemon.client()
