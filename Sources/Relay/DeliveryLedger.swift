@@ -1,4 +1,5 @@
 import EventStream
+import NIOCore
 
 /// Which broadcasts a connection has been sent, live or replayed, so that a resume sends every
 /// one it missed that matches its subscriptions now, and none twice (PROTOCOL.md §5).
@@ -36,7 +37,8 @@ struct DeliveryLedger: Equatable, Sendable {
     private(set) var liveAfter: UInt64
     private(set) var liveTypes: TypeSet
     /// Seqs of the connection's own writes' broadcasts sent although not subscribed to, ascending.
-    private(set) var own: [UInt64] = []
+    /// A ring, so forgetting the oldest costs nothing per broadcast.
+    private(set) var own = CircularBuffer<UInt64>(initialCapacity: 16)
 
     /// A connection greeted at `helloSeq`, subscribed to `types`.
     init(helloSeq: UInt64, types: TypeSet) {
@@ -57,8 +59,8 @@ struct DeliveryLedger: Equatable, Sendable {
     mutating func ownBroadcast(seq: UInt64, typeIndex: Int) {
         guard !liveTypes.contains(typeIndex) else { return }
         if let last = own.last, last >= seq { return }
+        if own.count == Self.maxOwn { own.removeFirst() }
         own.append(seq)
-        if own.count > Self.maxOwn { own.removeFirst(own.count - Self.maxOwn) }
     }
 
     /// A resume replayed every broadcast of `types` in `after + 1 ... through` not sent before.
@@ -108,8 +110,9 @@ struct DeliveryLedger: Equatable, Sendable {
         var high = own.count
         while low < high {
             let middle = (low + high) / 2
-            if own[middle] == seq { return true }
-            if own[middle] < seq { low = middle + 1 } else { high = middle }
+            let value = own[own.index(own.startIndex, offsetBy: middle)]
+            if value == seq { return true }
+            if value < seq { low = middle + 1 } else { high = middle }
         }
         return false
     }
