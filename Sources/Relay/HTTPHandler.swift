@@ -186,7 +186,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket, Sec-WebSocket-Version: 13).\n"
                         .utf8
                 ),
-                extra: [("Upgrade", "websocket"), ("Sec-WebSocket-Version", WebSocketHandshake.version)]
+                // RFC 9110 §7.8: a response that sends Upgrade also sends `Connection: upgrade`.
+                extra: [
+                    ("Upgrade", "websocket"), ("Connection", "upgrade"),
+                    ("Sec-WebSocket-Version", WebSocketHandshake.version),
+                ]
             )
         }
         if let asset = assets[path == "/" ? "/index.html" : path] {
@@ -231,7 +235,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "Referrer-Policy", value: "no-referrer")
         for (name, value) in extra { headers.add(name: name, value: value) }
         let keepAlive = request.isKeepAlive && !close
-        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        if !keepAlive {
+            // One Connection header: `upgrade, close` after a 426 that closes.
+            let tokens = headers["Connection"] + ["close"]
+            headers.replaceOrAdd(name: "Connection", value: tokens.joined(separator: ", "))
+        }
         let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         if request.method != .HEAD {

@@ -20,7 +20,8 @@ enum WebSocketHandshake {
     static func problem(_ head: HTTPRequestHead) -> Problem? {
         let headers = head.headers
         guard tokens(headers, "Upgrade").contains("websocket") else { return .notAnUpgrade }
-        guard headers["Sec-WebSocket-Version"] == [version] else { return .version }
+        // Values as NIO's upgrader reads them: without the whitespace around them (RFC 9110 §5.5).
+        guard headers[canonicalForm: "Sec-WebSocket-Version"] == [Substring(version)] else { return .version }
         guard head.version.major > 1 || (head.version.major == 1 && head.version.minor >= 1) else {
             return .malformed("A WebSocket handshake is an HTTP/1.1 request.")
         }
@@ -30,8 +31,8 @@ enum WebSocketHandshake {
         guard tokens(headers, "Connection").contains("upgrade") else {
             return .malformed("A WebSocket handshake needs 'Connection: Upgrade'.")
         }
-        let keys = headers["Sec-WebSocket-Key"]
-        guard keys.count == 1, let key = keys.first, Data(base64Encoded: key)?.count == 16 else {
+        let keys = headers[canonicalForm: "Sec-WebSocket-Key"]
+        guard keys.count == 1, let key = keys.first, Data(base64Encoded: String(key))?.count == 16 else {
             return .malformed("Sec-WebSocket-Key must be 16 bytes in base64 (RFC 6455 §4.1).")
         }
         return nil

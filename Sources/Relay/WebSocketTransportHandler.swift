@@ -4,13 +4,15 @@ import NIOWebSocket
 /// Carries session frames over RFC 6455: one JSON object per text message.
 ///
 /// Reassembles fragmented messages up to the hard cap (close 1009 beyond it), reports
-/// messages over `max_frame_bytes` as `.tooLarge` without keeping them, answers pings, runs the
-/// close handshake, and closes with 1002 on protocol violations (unmasked client frames,
-/// reserved bits, bad continuation, bad control frames) and 1007 on invalid UTF-8. With
-/// permessage-deflate negotiated, RSV1 on a message's first frame marks it compressed: it is
-/// inflated after reassembly, never past `max_frame_bytes` (beyond it the message is
-/// `.tooLarge`; a stream that does not inflate closes 1007), and outgoing messages of at least
-/// `compressMinBytes` go out compressed.
+/// messages over `max_frame_bytes` as `.tooLarge` without keeping their fragments (their text
+/// is still checked for UTF-8 as it passes), answers pings, runs the close handshake, and
+/// closes with 1002 on protocol violations (unmasked client frames, reserved bits, bad
+/// continuation, bad control frames) and 1007 on invalid UTF-8. With permessage-deflate
+/// negotiated, RSV1 on a message's first frame marks it compressed: its compressed bytes are
+/// kept up to the hard cap and inflated after reassembly; a message that inflates past the
+/// hard cap closes 1009, one that does not inflate (or is not UTF-8) closes 1007, one past
+/// `max_frame_bytes` is `.tooLarge`; outgoing messages of at least `compressMinBytes` go out
+/// compressed.
 final class WebSocketTransportHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = FrameEvent
@@ -27,6 +29,8 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private var messageBytes = 0
     private var messageOversized = false
     private var messageCompressed = false
+    /// The UTF-8 check of an uncompressed text message too large to keep.
+    private var oversizedText = UTF8StreamValidator()
     private var closing = Closing.open
     /// How long the answers to what the client sent before its close frame may take before the
     /// close is echoed all the same (`drain_timeout_ms`).
@@ -122,7 +126,11 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
                 // copied again into a buffer of its own.
                 messageBytes = frame.length
                 if messageBytes > hardCap { return fail(context, .messageTooLarge) }
-                messageOversized = messageBytes > keptBytes
+                // A compressed message is kept whole: only its inflated size says what it is.
+                messageOversized = messageBytes > keptBytes && !messageCompressed
+                if messageOversized, frame.opcode == .text, !isValidUTF8(frame.unmaskedData) {
+                    return fail(context, .dataInconsistentWithMessage)
+                }
                 return finish(context, messageOversized ? ByteBuffer() : frame.unmaskedData)
             }
             message = context.channel.allocator.buffer(capacity: frame.length)
@@ -138,16 +146,24 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private func append(_ context: ChannelHandlerContext, _ frame: WebSocketFrame) {
         messageBytes += frame.length
         if messageBytes > hardCap { return fail(context, .messageTooLarge) }
-        if messageBytes > keptBytes {
-            // Keep counting toward the hard cap, but keep none of it.
-            messageOversized = true
-            message?.clear()
+        if messageBytes > keptBytes, !messageCompressed {
+            // Keep counting toward the hard cap, and checking the text, but keep none of it.
+            if !messageOversized, let kept = message {
+                messageOversized = true
+                oversizedText = UTF8StreamValidator()
+                if messageOpcode == .text { oversizedText.feed(kept) }
+                message?.clear()
+            }
+            if messageOpcode == .text { oversizedText.feed(frame.unmaskedData) }
         } else {
             var data = frame.unmaskedData
             message?.writeBuffer(&data)
         }
         guard frame.fin, let complete = message else { return }
         message = nil
+        if messageOversized, messageOpcode == .text, !oversizedText.isValid {
+            return fail(context, .dataInconsistentWithMessage)
+        }
         finish(context, complete)
     }
 
@@ -165,15 +181,17 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             case .success(let inflated): complete = inflated
             case .failure(.tooLarge):
                 // The message is its inflated bytes: over the hard cap it closes 1009, as an
-                // uncompressed one would (inflated again only as far as the cap, then dropped).
-                if case .failure(.tooLarge) = codec.inflate(
-                    complete,
-                    maxBytes: hardCap,
-                    allocator: context.channel.allocator
-                ) {
-                    return fail(context, .messageTooLarge)
+                // uncompressed one would, and not UTF-8 1007 (inflated again only as far as the
+                // cap, then dropped).
+                switch codec.inflate(complete, maxBytes: hardCap, allocator: context.channel.allocator) {
+                case .failure(.tooLarge): return fail(context, .messageTooLarge)
+                case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
+                case .success(let inflated):
+                    if messageOpcode == .text, !isValidUTF8(inflated) {
+                        return fail(context, .dataInconsistentWithMessage)
+                    }
+                    return context.fireChannelRead(wrapInboundOut(.tooLarge))
                 }
-                return context.fireChannelRead(wrapInboundOut(.tooLarge))
             case .failure(.invalid): return fail(context, .dataInconsistentWithMessage)
             }
         }

@@ -342,6 +342,8 @@ struct RawWebSocket {
         ("unmasked", 1002), ("invalid UTF-8", 1007), ("continuation first", 1002), ("reserved bits", 1002),
         ("bad close code", 1002), ("close", 1000), ("over the hard cap", 1009), ("close reason not UTF-8", 1007),
         ("length's top bit", 1002), ("one frame over the hard cap", 1009),
+        ("one frame over max_frame_bytes, not UTF-8", 1007), ("fragments over max_frame_bytes, not UTF-8", 1007),
+        ("fragments over max_frame_bytes, a character across two", 0),
     ])
     func protocolViolationsCloseWithTheRightCode(_ violation: String, _ expected: Int) async throws {
         try await withDaemon { daemon in
@@ -359,6 +361,21 @@ struct RawWebSocket {
                 // Sent whole: the daemon reads on after its close frame, so the client's unread
                 // bytes do not reset the connection before the close frame is read.
                 try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: (1 << 20) + 1000))
+            case "one frame over max_frame_bytes, not UTF-8":
+                try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: 70_000) + [0xFF, 0x7D])
+            case "fragments over max_frame_bytes, not UTF-8":
+                try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: 40_000), fin: false)
+                try await ws.send(opcode: 0x0, [UInt8](repeating: 0x20, count: 40_000) + [0xE2, 0x82], fin: false)
+                try await ws.send(opcode: 0x0, [0x20] + [UInt8](repeating: 0x20, count: 1_000))
+            case "fragments over max_frame_bytes, a character across two":
+                // "€" cut between two fragments is UTF-8: frame_too_large, the connection kept.
+                try await ws.send(opcode: 0x1, [UInt8](repeating: 0x20, count: 40_000), fin: false)
+                try await ws.send(opcode: 0x0, [UInt8](repeating: 0x20, count: 40_000) + [0xE2, 0x82], fin: false)
+                try await ws.send(opcode: 0x0, [0xAC] + [UInt8](repeating: 0x20, count: 1_000))
+                #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+                try await ws.send(opcode: 0x1, Array(#"{"op":"ping","id":"after"}"#.utf8))
+                #expect(try await ws.receiveJSON()["re"] as? String == "after")
+                return
             case "length's top bit":
                 try await ws.connection.sendBytes([0x81, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 2, 1, 2, 3, 4, 0x7A, 0x7F])
             default:
@@ -517,6 +534,9 @@ struct RawWebSocket {
         ("no Host", "-Host", 400),
         ("HTTP/1.0", "-HTTP/1.1", 400),
         ("valid", "", 101),
+        // RFC 9110 §5.5: the whitespace around a field's value is not part of it.
+        ("key, a space after", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ== ", 101),
+        ("version, a tab after", "Sec-WebSocket-Version: 13\t", 101),
     ])
     func handshakesThatRFC6455RefusesAreAnswered(_ name: String, _ change: String, _ expected: Int) async throws {
         try await withDaemon { daemon in
@@ -536,7 +556,11 @@ struct RawWebSocket {
             try await connection.send(lines.joined(separator: "\r\n") + "\r\n\r\n")
             let head = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
             #expect(head.contains(" \(expected) "), "\(name): \(head)")
-            if expected == 426 { #expect(head.contains("Sec-WebSocket-Version: 13"), "\(head)") }
+            if expected == 426 {
+                #expect(head.contains("Sec-WebSocket-Version: 13"), "\(head)")
+                // RFC 9110 §7.8: Upgrade goes with `Connection: upgrade`.
+                #expect(head.lowercased().contains("connection: upgrade"), "\(head)")
+            }
         }
     }
 

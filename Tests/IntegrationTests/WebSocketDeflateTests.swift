@@ -13,9 +13,11 @@ import Testing
     static let offer = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"
 
     /// A message compressed as a client sends it: raw deflate, sync flush, tail dropped.
-    static func compress(_ text: String) throws -> [UInt8] {
+    static func compress(_ text: String) throws -> [UInt8] { try compress(bytes: Array(text.utf8)) }
+
+    static func compress(bytes: [UInt8]) throws -> [UInt8] {
         let compressor = try ZlibCompressor(algorithm: .deflate)
-        var input = ByteBuffer(string: text)
+        var input = ByteBuffer(bytes: bytes)
         var output = try input.compressStream(with: compressor, flush: .sync)
         output.moveWriterIndex(to: output.writerIndex - 4)
         return Array(output.readableBytesView)
@@ -104,6 +106,41 @@ import Testing
             #expect(bomb.count < 100_000)
             try await ws.send(opcode: 0x1, bomb, rsv: 0x40)
             #expect(try await ws.receiveClose() == 1009)
+        }
+    }
+
+    /// A compressed message over `max_frame_bytes` on the wire is still inflated as far as the
+    /// hard cap: over it 1009, not a deflate stream or not UTF-8 1007, else frame_too_large
+    /// (it was answered frame_too_large unread, whatever it held).
+    @Test(arguments: [
+        ("inflates past the cap", 1009), ("not deflate data", 1007), ("not UTF-8", 1007), ("text", 0),
+    ])
+    func aCompressedMessageLargeOnTheWireIsStillJudgedByWhatItHolds(_ name: String, _ expected: Int) async throws {
+        try await withDaemon(.custom({ $0.relay.webSocketHardCapBytes = 200_000 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, headers: [Self.offer]).0)
+            _ = try await ws.receiveFrame()
+            // Text that deflate hardly shrinks: more than max_frame_bytes (64 KiB) on the wire.
+            var generator = SystemRandomNumberGenerator()
+            let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".utf8)
+            func noise(_ count: Int) -> [UInt8] {
+                (0..<count).map { _ in letters.randomElement(using: &generator) ?? 0x61 }
+            }
+            let payload: [UInt8]
+            switch name {
+            case "inflates past the cap": payload = try Self.compress(bytes: noise(260_000))
+            case "not deflate data": payload = [0xFF] + noise(80_000)
+            case "not UTF-8": payload = try Self.compress(bytes: noise(90_000) + [0xFF] + noise(10))
+            default: payload = try Self.compress(bytes: noise(100_000))
+            }
+            #expect(payload.count > 66_000 && payload.count < 200_000, "\(payload.count)")
+            try await ws.send(opcode: 0x1, payload, rsv: 0x40)
+            if expected == 0 {
+                #expect(errorCode(try await ws.receiveJSON()) == "frame_too_large")
+                try await ws.send(opcode: 0x1, Array(#"{"op":"ping","id":"after"}"#.utf8))
+                #expect(try await ws.receiveJSON()["re"] as? String == "after")
+            } else {
+                #expect(try await ws.receiveClose() == expected)
+            }
         }
     }
 
