@@ -177,20 +177,25 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     close: true
                 )
             }
+            // A valid upgrade here is one the upgrader did not see: it takes only a connection's
+            // first request (NIO's), and this one came after another.
+            let late = problem == nil
+            let reason =
+                late
+                ? "A WebSocket upgrade must be the first request on its connection: open a new connection for /events.\n"
+                : "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket, Sec-WebSocket-Version: 13).\n"
             return respond(
                 context,
                 head,
                 .upgradeRequired,
                 "text/plain; charset=utf-8",
-                Array(
-                    "/events is a WebSocket endpoint: connect with a WebSocket client (allowed origin, Upgrade: websocket, Sec-WebSocket-Version: 13).\n"
-                        .utf8
-                ),
+                Array(reason.utf8),
                 // RFC 9110 §7.8: a response that sends Upgrade also sends `Connection: upgrade`.
                 extra: [
                     ("Upgrade", "websocket"), ("Connection", "upgrade"),
                     ("Sec-WebSocket-Version", WebSocketHandshake.version),
-                ]
+                ],
+                close: late
             )
         }
         if let asset = assets[path == "/" ? "/index.html" : path] {

@@ -347,6 +347,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let settings = self.settings
         let hub = self.hub
         let allowedOrigins = configuration.allowedOrigins
+        let loopbackListener = Self.isLoopback(channel.localAddress)
         // What the upgrade request carried (a token's role, an accepted deflate offer), decided
         // once in `shouldUpgrade` and used when the WebSocket pipeline is built.
         let negotiated = NIOLoopBoundBox<(role: Role?, deflate: PerMessageDeflate?)>(
@@ -364,7 +365,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 // the HTTP handler: 405).
                 // Past `max_connections` (on HTTP's reserve) no session is opened: the HTTP
                 // handler answers 503.
-                guard head.method == .GET, path == "/events", Self.originAllowed(head.headers, allowed: allowedOrigins),
+                guard head.method == .GET, path == "/events",
+                    Self.originAllowed(head.headers, allowed: allowedOrigins, loopbackListener: loopbackListener),
                     WebSocketHandshake.problem(head) == nil,
                     hub.connectionCount <= settings.configuration.maxConnections
                 else {
@@ -421,7 +423,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             requestTimeout: .milliseconds(Int64(configuration.handshakeTimeoutMs)),
             health: health,
             metrics: metrics,
-            originAllowed: { Self.originAllowed($0, allowed: allowedOrigins) },
+            originAllowed: { Self.originAllowed($0, allowed: allowedOrigins, loopbackListener: loopbackListener) },
             sessionsFull: { hub.connectionCount > settings.configuration.maxConnections },
             assets: assets
         )
@@ -460,14 +462,40 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
 
     /// Browsers send `Origin`; other clients usually do not. Without a configured list, an
     /// origin must name the same host the request was sent to.
-    static func originAllowed(_ headers: HTTPHeaders, allowed: [String]) -> Bool {
+    ///
+    /// On a loopback listener the host must also be named as loopback is (`localhost`, a
+    /// `.localhost` name or an IP address): a page whose own name an attacker pointed at
+    /// 127.0.0.1 (DNS rebinding) sends that name as both Origin and Host, and would otherwise
+    /// pass as this host's own page.
+    static func originAllowed(_ headers: HTTPHeaders, allowed: [String], loopbackListener: Bool = false) -> Bool {
         guard let origin = headers.first(name: "Origin") else { return true }
         if allowed.contains("*") || allowed.contains(origin) { return true }
         guard allowed.isEmpty, let host = headers.first(name: "Host") else { return false }
         let originHost = origin.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first.map(
             String.init
         )
-        return originHost?.lowercased() == host.lowercased()
+        guard originHost?.lowercased() == host.lowercased() else { return false }
+        return !loopbackListener || namesLoopback(host)
+    }
+
+    /// Whether a connection came in on a loopback address (127.0.0.0/8, ::1).
+    static func isLoopback(_ address: SocketAddress?) -> Bool {
+        switch address {
+        case .v4(let v4): return v4.address.sin_addr.s_addr.bigEndian >> 24 == 127
+        case .v6: return address?.ipAddress == "::1" || address?.ipAddress?.hasPrefix("::ffff:127.") == true
+        default: return false
+        }
+    }
+
+    /// Whether a Host header's name is one DNS cannot give another meaning: `localhost`, a
+    /// `.localhost` name (RFC 6761), or an IP address.
+    static func namesLoopback(_ host: String) -> Bool {
+        let host = host.lowercased()
+        if host.hasPrefix("[") { return true }  // An IPv6 literal.
+        let name = host.split(separator: ":", maxSplits: 1).first.map(String.init) ?? host
+        if name == "localhost" || name.hasSuffix(".localhost") { return true }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { UInt8($0) != nil }
     }
 
     // MARK: Service

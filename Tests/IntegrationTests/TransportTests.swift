@@ -14,6 +14,7 @@ struct RawWebSocket {
 
     static func open(
         port: Int,
+        host: String? = nil,
         origin: String? = nil,
         headers: [String] = [],
         receiveBuffer: Int? = nil
@@ -21,7 +22,8 @@ struct RawWebSocket {
         RawWebSocket?, status: String
     ) {
         let connection = try await TestConnection.connect(port: port, receiveBuffer: receiveBuffer)
-        var request = "GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        var request =
+            "GET /events HTTP/1.1\r\nHost: \(host ?? "127.0.0.1:\(port)")\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         if let origin { request += "Origin: \(origin)\r\n" }
         for header in headers { request += header + "\r\n" }
@@ -446,6 +448,56 @@ struct RawWebSocket {
                 origin: "http://127.0.0.1:\(daemon.httpPort)"
             )
             #expect(allowed != nil)
+        }
+    }
+
+    /// An upgrade after another request on a kept-alive connection is not silently refused as
+    /// a plain request would be: 426 says to open a new connection, and this one closes.
+    @Test func anUpgradeAfterAnotherRequestIsToldToUseANewConnection() async throws {
+        try await withDaemon { daemon in
+            let connection = try await TestConnection.connect(port: daemon.httpPort)
+            try await connection.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            let first = String(decoding: try await connection.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+            #expect(first.contains(" 200 "))
+            let length = try #require(
+                first.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
+            )
+            _ = try await connection.bytes(length)
+            try await connection.send(
+                "GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            let rest = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+            #expect(rest.contains(" 426 "), "\(rest)")
+            #expect(rest.contains("first request on its connection"), "\(rest)")
+            #expect(rest.lowercased().contains("connection: upgrade, close"), "\(rest)")
+        }
+    }
+
+    /// DNS rebinding: a page on a name its owner pointed at 127.0.0.1 sends that name as both
+    /// Origin and Host. On a loopback listener the default check wants a name that only means
+    /// loopback (or an IP address); an allowed origin named in the config still gets in.
+    @Test func aRenamedHostOnLoopbackIsRefused() async throws {
+        try await withDaemon { daemon in
+            let port = daemon.httpPort
+            for (host, expected) in [
+                ("evil.example:\(port)", " 403 "), ("localhost:\(port)", " 101 "), ("app.localhost:\(port)", " 101 "),
+                ("127.0.0.1:\(port)", " 101 "), ("[::1]:\(port)", " 101 "),
+            ] {
+                let (_, status) = try await RawWebSocket.open(port: port, host: host, origin: "http://\(host)")
+                #expect(status.contains(expected), "\(host): \(status)")
+            }
+            // No Origin: not a browser, which DNS rebinding needs.
+            #expect(try await RawWebSocket.open(port: port, host: "evil.example:\(port)").0 != nil)
+        }
+        try await withDaemon(.custom({ $0.relay.allowedOrigins = ["http://todo.example:1"] })) { daemon in
+            let (socket, status) = try await RawWebSocket.open(
+                port: daemon.httpPort,
+                host: "todo.example:1",
+                origin: "http://todo.example:1"
+            )
+            #expect(socket != nil, "\(status)")
         }
     }
 }
