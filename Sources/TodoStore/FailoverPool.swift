@@ -92,6 +92,10 @@ final class FailoverPool: Sendable {
     /// another server.
     var clientGeneration: Int { shared.withLockedValue { $0.generation } }
 
+    /// Whether the pool is choosing a server (after a failure that suggests the one in use is
+    /// gone or read-only): until it has one, no commit can succeed.
+    var isSelecting: Bool { shared.withLockedValue { $0.machine.isSelecting } }
+
     /// The server leases go to now, for messages.
     var serverInUse: String {
         connector.serverName(shared.withLockedValue { $0.machine.current?.server ?? 0 })

@@ -398,15 +398,19 @@ extension PostgresStore {
     }
 
     /// True when the server answered the commit with an error that only its first transaction
-    /// can raise (so it rolled back): bad data (classes 22 and 23), or a statement or procedure
-    /// the database lacks (42). Any other error, like a lost connection, may have come after
+    /// can raise (so it rolled back): bad data (classes 22 and 23), a statement or procedure
+    /// the database lacks (42), or a server that takes no writes (25006). Any other error, like a lost connection, may have come after
     /// the batch committed (schema step 9's second transaction has no exception block of its
     /// own): its outcome is asked of the journal.
     static func refused(_ error: any Error) -> Bool {
         guard let error = error as? PSQLError, error.code == .server,
             let state = error.serverInfo?[.sqlState]
         else { return false }
-        return ["22", "23", "42"].contains { state.hasPrefix($0) }
+        // 25006: a write in a read-only transaction (a standby, or a server made read-only)
+        // fails at its first statement. Both of the procedure's transactions take the session's
+        // setting, which a backend re-reads only between a client's commands, never within one
+        // call: when the first could write, so can the second.
+        return state == "25006" || ["22", "23", "42"].contains { state.hasPrefix($0) }
     }
 
     /// Applies the writes in order to the todos read; seqs count from 1 within the batch. A

@@ -212,9 +212,12 @@ public actor PostgresStore: ServedStore {
         return "\(type(of: error))"
     }
 
-    public var isHealthy: Bool { health.isUp }
+    /// Down while the pool has no server to write to (from the failure that started a
+    /// selection until one is chosen), whatever else still answers: a read-only server, such
+    /// as an old primary after a switchover, serves the journal feed's reads but no commit.
+    public var isHealthy: Bool { health.isUp && !pool.isSelecting }
 
-    public var lastSeenHealthy: Bool { health.isUp }
+    public var lastSeenHealthy: Bool { isHealthy }
 
     // MARK: Reads
 

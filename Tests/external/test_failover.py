@@ -244,11 +244,23 @@ def test_a_primary_left_running_read_only_is_left_for_the_promoted_standby(repli
         primary.psql("SELECT pg_reload_conf()")
         wait_until(lambda: sum(w.unavailable for w in writers) > refused_before, timeout=60,
                    what="writes refused by the read-only primary")
+        # No server takes writes: /healthz says so (the journal feed's reads on the read-only
+        # primary still work, and used to keep it at 200).
+        wait_until(lambda: all(http_get(d.http_port, "/healthz")[0] == 503 for d in (a, b)), timeout=30,
+                   what="/healthz 503 on both daemons while no server takes writes")
+        # …and stays so while none does, not only until the feed's next read.
+        statuses = []
+        for _ in range(10):
+            statuses += [http_get(d.http_port, "/healthz")[0] for d in (a, b)]
+            time.sleep(0.3)
+        assert set(statuses) == {503}, f"/healthz while no server takes writes: {statuses}"
         each_before = [len(w.acked) for w in writers]
         standby.promote()
         wait_until(lambda: all(len(w.acked) > n for w, n in zip(writers, each_before)) and
                    acked_count(writers) >= sum(each_before) + 200, timeout=60,
                    what="every writer, through both daemons, acknowledged on the promoted standby")
+        wait_until(lambda: all(http_get(d.http_port, "/healthz")[0] == 200 for d in (a, b)), timeout=30,
+                   what="/healthz 200 again on both daemons")
         for w in writers:
             w.stop_at = time.monotonic()
         for w in writers:
