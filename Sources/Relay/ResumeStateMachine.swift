@@ -116,6 +116,11 @@ struct ResumeStateMachine {
     private(set) var state: State = .idle
     /// What the connection was sent, live and replayed.
     private(set) var ledger = DeliveryLedger(helloSeq: 0, types: TypeSet())
+    /// After a resume, live broadcasts up to this seq are not sent: the client had them before
+    /// (`after`) or was just sent them. It matters on a daemon sharing the database whose loop
+    /// is behind the seq the client resumes after (it read it from another daemon): those
+    /// broadcasts still reach this loop after the resume has been answered.
+    private(set) var liveFloor: UInt64 = 0
 
     /// Whether a resume is running: frames from the client wait until it ends.
     var isRunning: Bool {
@@ -220,6 +225,7 @@ struct ResumeStateMachine {
             var skipThrough: UInt64 = 0
             if case .resumed(let from, _) = outcome {
                 skipThrough = max(from - 1, plan.replayThrough)
+                liveFloor = max(liveFloor, skipThrough)
                 ledger.replayed(after: plan.after, through: plan.replayThrough, types: plan.types)
             }
             return .answer(release: held.frames(after: skipThrough))

@@ -833,7 +833,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a broadcast; returns true when the caller should call `flushPending` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
-        guard !lifecycle.isClosing else { return false }
+        guard !lifecycle.isClosing, seq > resumption.liveFloor else { return false }
         if hold(frame, seq: seq) { return false }
         write(frame)
         return markPending()
@@ -858,10 +858,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         flushing: Bool
     ) -> Bool {
         guard !lifecycle.isClosing else { return false }
-        if isHoldingLiveOutput {
-            // The hold may end part way (too much to hold): the rest goes out live.
+        let floor = resumption.liveFloor
+        if isHoldingLiveOutput || frames.first.map({ $0.seq <= floor }) == true {
+            // The hold may end part way (too much to hold): the rest goes out live. Broadcasts a
+            // resume said the client has are left out.
             var wrote = false
-            for frame in frames where !hold(frame.plain, seq: frame.seq) {
+            for frame in frames where frame.seq > floor && !hold(frame.plain, seq: frame.seq) {
                 write(frame.plain)
                 wrote = true
             }

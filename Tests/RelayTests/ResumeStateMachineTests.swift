@@ -93,6 +93,24 @@ import Testing
         #expect(machine.replayEnded(plan.resumed) == .answer(release: [frame("s13")]))
     }
 
+    /// Several daemons: the client read up to 20 on another daemon; this one's loop is at 12.
+    /// The resume is answered at once, and 13…20, which still reach this loop, are not sent.
+    @Test func aResumeAheadOfTheLoopLeavesOutWhatTheClientHad() throws {
+        var machine = greeted()
+        #expect(machine.liveFloor == 0)
+        let plan = try #require(start(&machine, after: 20))
+        #expect(plan.page(after: plan.start) == nil)
+        #expect(plan.resumed == .resumed(from: 21, to: 20))
+        #expect(machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100) == .held)
+        #expect(machine.replayEnded(plan.resumed) == .answer(release: []))
+        #expect(machine.liveFloor == 20)
+        // A gap sets no floor.
+        var other = greeted()
+        _ = try #require(start(&other, after: 20))
+        _ = other.replayEnded(.gap(current: 12))
+        #expect(other.liveFloor == 0)
+    }
+
     @Test func aSecondResumeSendsNothingTheFirstReplayed() throws {
         var machine = greeted()
         let first = try #require(start(&machine, after: 3))
