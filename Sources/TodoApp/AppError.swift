@@ -45,6 +45,14 @@ public struct AppError: Error, Sendable, Hashable {
         code: .unavailable,
         message: "Storage is unavailable right now; nothing was changed. Try again."
     )
+
+    /// A commit whose answer was lost and that could not be looked up in time (PostgreSQL):
+    /// the change may have been saved, and the message must not say it was not.
+    public static let unavailableInDoubt = AppError(
+        code: .unavailable,
+        message:
+            "Storage failed while this change was being saved, and whether it was saved cannot be told yet. If it was, its broadcast follows; retry with the same mid to be safe."
+    )
 }
 
 public typealias UUIDString = String

@@ -207,7 +207,7 @@ extension PostgresStore {
             if let first = await resolve(origin, after: staged.headAtRead) {
                 return staged.results(first: first)
             }
-            return writes.map { _ in .failure(.unavailable) }
+            return writes.map { _ in .failure(.unavailableInDoubt) }
         }
     }
 
