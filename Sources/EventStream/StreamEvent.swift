@@ -4,10 +4,15 @@ public protocol StreamEvent: Sendable {
     /// For an event that answers a request with a failure, the failure's stable code (counted
     /// by the relay's metrics); nil otherwise.
     var failureCode: String? { get }
+    /// For a reply whose request's outcome cannot be told (a write storage may or may not have
+    /// saved): the relay closes the requester's connection instead of answering, so that the
+    /// client reconnects and resumes, and learns from the journal what happened.
+    var outcomeUnknown: Bool { get }
 }
 
 extension StreamEvent {
     public var failureCode: String? { nil }
+    public var outcomeUnknown: Bool { false }
 }
 
 /// The seed's observer, made explicit: one event in, the events it causes out. A plain

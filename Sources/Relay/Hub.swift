@@ -290,7 +290,14 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                     body: encoded
                 )
                 if let route = routes[origin.session] {
-                    work.append(.item(shard: route.shard, .reply(origin.session, reply, typeIndex: typeIndex)))
+                    if delivery.event.outcomeUnknown {
+                        // Not answered: the connection closes, in its place among the rest.
+                        let shard = orderedShards[route.shard]
+                        let id = origin.session
+                        work.append(.item(shard: route.shard, .run { shard.sessions[id]?.closeOutcomeUnknown() }))
+                    } else {
+                        work.append(.item(shard: route.shard, .reply(origin.session, reply, typeIndex: typeIndex)))
+                    }
                 }
             case .internal:
                 break

@@ -326,10 +326,17 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // error handler writes a close): nothing may go to the socket past it, not even what was
         // gathered for it (the close below would fail it unsent anyway).
         _ = socketWrites.close()
-        if error is NIOSSLError || error is BoringSSLError {
+        if let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
+            // A client that went away without close_notify (a killed `openssl s_client`): the
+            // connection ends as a TCP one would, nothing to look into.
+            logger.debug("TLS connection ended without close_notify")
+        } else if error is NIOSSLError || error is BoringSSLError {
             // A TLS handshake refused (an untrusted certificate, no client certificate, not
             // TLS at all): what an operator looks for when clients cannot connect.
-            logger.info("TLS connection failed", metadata: ["error": "\(error)"])
+            logger.info(
+                "TLS connection failed",
+                metadata: ["reason": "\(TLSFailure.describe("\(error)", peer: "the client"))"]
+            )
         } else {
             logger.debug("connection error", metadata: ["error": "\(error)"])
         }
@@ -1225,6 +1232,24 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let promise = loop.makePromise(of: Void.self)
         channelWrite(context, frame, flush: true, promise: promise)
         promise.futureResult.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// A write of this session may or may not have been saved (storage lost the commit's
+    /// answer and could not look it up): no answer would be true, so the connection closes
+    /// behind what it was sent, with `draining` as its last frame. The client reconnects and
+    /// resumes: if the write was saved, its broadcast is replayed; a retry with its `mid` is
+    /// answered as a duplicate.
+    func closeOutcomeUnknown() {
+        logger.warning("closing the connection: storage cannot tell whether a write of its was saved")
+        closeAfter(
+            OutboundFrame.op("draining", correlation: nil) { writer in
+                writer.field("reconnect_after_ms", 1000)
+                writer.field(
+                    "reason",
+                    "Storage cannot tell yet whether a write of this connection was saved. Reconnect and resume: if it was, its broadcast is replayed; a retry with the same mid is safe."
+                )
+            }
+        )
     }
 
     /// Sends `draining` (called at shutdown).

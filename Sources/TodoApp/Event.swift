@@ -62,6 +62,15 @@ public indirect enum Event: StreamEvent, Hashable {
         }
     }
 
+    /// A view-layer response whose write storage may or may not have saved.
+    public var outcomeUnknown: Bool {
+        switch self {
+        case .responseTodoViewModel(.failure(let error)), .responseUpdateDetailViewModel(.failure(let error)):
+            return error == .unavailableInDoubt
+        default: return false
+        }
+    }
+
     public var kind: Kind {
         switch self {
         case .requestTodoViewModels: return .requestTodoViewModels

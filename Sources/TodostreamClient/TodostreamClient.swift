@@ -1,3 +1,4 @@
+import EventStream
 import Foundation
 import Logging
 import NIOCore
@@ -258,7 +259,10 @@ public actor TodostreamClient {
             return problem(first.error)
         }
         if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
-        return text
+        if let address = error as? SocketAddressError, case .unknown(let host, _) = address {
+            return "cannot resolve the host name \(host)"
+        }
+        return TLSFailure.describe(text, peer: "the daemon")
     }
 
     private func write(_ bytes: [UInt8]) {

@@ -46,6 +46,17 @@ extension DaemonOptions {
 
     /// Checks what no single key can: the combinations.
     func validate() throws {
+        // One token under two roles would take whichever came last: a view token that is also
+        // a monitor token would leave no view token, and authentication silently off.
+        var roles: [String: Role] = [:]
+        for token in tokens {
+            if let earlier = roles.updateValue(token.role, forKey: token.sha256), earlier != token.role {
+                throw ConfigError(
+                    message:
+                        "the same token is given two roles (\(earlier.rawValue) and \(token.role.rawValue)); give each role its own token"
+                )
+            }
+        }
         if let storage, storage != .postgres, let postgresURL, !postgresURL.isEmpty {
             // Two daemons started this way would look like a cluster and diverge.
             throw ConfigError(

@@ -352,6 +352,23 @@ import Glibc
         _ = try resolve(nil, flags: ["--monitor-token", "12345678", "--token", "view:abcdefgh"])
     }
 
+    /// One token under two roles took the last one given: listed as view and then as monitor,
+    /// it left no view token, so authentication was off (even on a public listener).
+    @Test func aTokenGivenTwoRolesIsRefused() throws {
+        let twice =
+            "auth:\n  tokens:\n    - role: view\n      token: same-token-1\n    - role: monitor\n      token: same-token-1\n"
+        #expect(message(twice)?.contains("the same token is given two roles") == true)
+        #expect(
+            message(
+                nil,
+                flags: ["--listen", "0.0.0.0:7878", "--token", "view:abcdefghijk", "--monitor-token", "abcdefghijk"]
+            )?
+            .contains("two roles") == true
+        )
+        // The same token twice with one role is only a repetition.
+        _ = try resolve(nil, flags: ["--token", "view:abcdefghijk", "--token", "view:abcdefghijk"])
+    }
+
     @Test func aMonitorTokenAloneDoesNotOpenThePlainListener() throws {
         // Only a view token makes clients authenticate; a monitor token leaves every view open.
         let refused = message(nil, flags: ["--listen", "0.0.0.0:7878", "--monitor-token", "monitor-secret"])

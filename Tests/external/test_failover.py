@@ -28,6 +28,7 @@ from test_postgres import (
     http_get,
     journal_rows,
     read_through,
+    resume,
     strip_re,
     toggle,
     wait_until,
@@ -184,15 +185,7 @@ def test_losing_the_primary_moves_the_daemons_to_the_promoted_standby(replicated
     # The client that was away resumes on the other daemon and gets exactly what it missed.
     with LineClient(b.tcp_port, name="back@B") as c:
         assert c.hello["epoch"] == epoch, "the promoted standby serves the same stream"
-        rid = next_id("resume")
-        c.send({"op": "resume", "id": rid, "epoch": epoch, "after": last_seen})
-        before = []
-        while True:
-            f = c.recv(timeout=30)
-            if f.get("re") == rid:
-                resumed = f
-                break
-            before.append(f)
+        before, resumed = resume(c, epoch, last_seen)
         assert resumed.get("op") == "resumed", resumed
         assert resumed["from"] == last_seen + 1 and resumed["to"] >= last, resumed
         replayed = [f for f in before if "seq" in f]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _die_with_parent, daemon_binary
-from helpers import (LineClient, WSClient, create_todo, delete, free_port, list_todos, make_ca, make_server_cert,
+from helpers import (ClosedError, LineClient, WSClient, create_todo, delete, free_port, list_todos, make_ca, make_server_cert,
                      new_detail, next_id, save_detail)
 
 # --------------------------------------------------------------------------------------------
@@ -220,34 +220,46 @@ class Writer(threading.Thread):
         self.tolerate_unavailable = tolerate_unavailable
         self.acked: list[dict] = []
         self.unavailable = 0
+        self.closed = 0  # connections closed on a write whose outcome was unknown
         self.error: BaseException | None = None
         self.stop_at = None
 
     def run(self):
         try:
             self.client = LineClient(self.port, name=self.name)
-            with self.client as c:
-                c.ping()
-                todo = None
-                while todo is None:
-                    reply, bcast = create_todo_tolerant(c, self.name)
-                    if bcast is not None:
-                        self.acked.append(bcast)
-                        todo = bcast["payload"]["todo"]
-                    elif not self.tolerate_unavailable:
-                        raise AssertionError(f"{self.name}: create failed: {reply}")
-                    else:
-                        self.unavailable += 1
-                for _ in range(self.count):
-                    if self.stop_at is not None and time.monotonic() > self.stop_at:
-                        break
+            c = self.client
+            c.ping()
+            todo = None
+            while todo is None:
+                reply, bcast = create_todo_tolerant(c, self.name)
+                if bcast is not None:
+                    self.acked.append(bcast)
+                    todo = bcast["payload"]["todo"]
+                elif not self.tolerate_unavailable:
+                    raise AssertionError(f"{self.name}: create failed: {reply}")
+                else:
+                    self.unavailable += 1
+            for _ in range(self.count):
+                if self.stop_at is not None and time.monotonic() > self.stop_at:
+                    break
+                try:
                     answer = toggle(c, {"id": todo["id"]}, timeout=60)
-                    if "error" in answer:
-                        assert answer["error"]["code"] == "unavailable" and self.tolerate_unavailable, answer
-                        self.unavailable += 1
-                        continue
-                    assert answer.get("seq"), answer
-                    self.acked.append(answer)
+                except ClosedError:
+                    # A write whose outcome storage cannot tell closes the connection, with
+                    # `draining` last (PROTOCOL.md §10): a client reconnects and goes on.
+                    last = [f for f in c.history if isinstance(f, dict)][-1:]
+                    assert self.tolerate_unavailable and last and last[0].get("op") == "draining", last
+                    self.closed += 1
+                    c.close()
+                    self.client = c = LineClient(self.port, name=self.name)
+                    continue
+                if "error" in answer:
+                    assert answer["error"]["code"] == "unavailable" and self.tolerate_unavailable, answer
+                    self.unavailable += 1
+                    continue
+                assert answer.get("seq"), answer
+                self.acked.append(answer)
+            c.close()
         except BaseException as error:  # reported by the test
             self.error = error
 
@@ -593,16 +605,33 @@ def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daem
         assert ca.expect_seq(answer["seq"]) == strip_re(answer)
 
 
-def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daemon_factory, database, postgres):
-    """A commit that outlasts the daemon's timeout (a deferred trigger sleeps in it) is
-    abandoned, and then found committed: the write is answered as saved. A COMMIT the server
-    refuses (a deferred trigger raises) is answered `unavailable` and uses no seq."""
+def short_timeout_daemon_and_peer(daemon_factory, database):
+    """Daemon A with `postgres.timeout_ms` 1000 (a commit outlasts it soon), and B as usual."""
     os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"] = "1000"
     try:
         a = daemon_factory(*database[1])
     finally:
         del os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"]
-    b = daemon_factory(*database[1])
+    return a, daemon_factory(*database[1])
+
+
+def resume(c, epoch, after, timeout=30):
+    """Sends resume; returns (the frames before its answer, the answer)."""
+    rid = next_id("resume")
+    c.send({"op": "resume", "id": rid, "epoch": epoch, "after": after})
+    before = []
+    while True:
+        f = c.recv(timeout=timeout)
+        if f.get("re") == rid:
+            return before, f
+        before.append(f)
+
+
+def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daemon_factory, database, postgres):
+    """A commit that outlasts the daemon's timeout (a deferred trigger sleeps in it) is
+    abandoned, and then found committed: the write is answered as saved. A COMMIT the server
+    refuses (a deferred trigger raises) is answered `unavailable` and uses no seq."""
+    a, b = short_timeout_daemon_and_peer(daemon_factory, database)
     postgres.psql(
         """
         CREATE FUNCTION test_commit_hook() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -636,6 +665,53 @@ def test_a_commit_in_doubt_is_resolved_and_a_refused_commit_applies_nothing(daem
         assert ob.expect_seq(after["seq"]) == strip_re(after)
         titles = [t["title"] for t in list_todos(ob)]
         assert "refused-commit" not in titles and "slow-commit" in titles, titles
+
+
+def test_a_commit_that_stays_in_doubt_closes_the_connection_and_a_resume_shows_it_saved(
+        daemon_factory, database, postgres):
+    """A commit that outlasts the daemon's timeout and its look-ups (a deferred trigger sleeps
+    in it for longer than three timeouts) cannot be told saved or not: the daemon does not
+    answer `unavailable` ("nothing was applied" would be false), it closes the requester's
+    connection with `draining` as the last frame. The commit does go through: a client that
+    resumes gets its broadcast, and every daemon's subscribers have it."""
+    a, b = short_timeout_daemon_and_peer(daemon_factory, database)
+    postgres.psql(
+        """
+        CREATE FUNCTION test_doubt_hook() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF convert_from(NEW.payload, 'UTF8') LIKE '%doubt-commit%' THEN PERFORM pg_sleep(6); END IF;
+          RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER test_doubt_hook AFTER INSERT ON journal
+          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_doubt_hook();
+        """,
+        database[0],
+    )
+    with LineClient(b.tcp_port, name="obs@B") as ob:
+        ob.ping()
+        with LineClient(a.tcp_port, name="c@A") as ca:
+            epoch, seen = ca.hello["epoch"], ca.hello["seq"]
+            detail = ca.request({"type": "RequestNewTodoDetailViewModel"})["payload"]
+            rid = next_id("doubt")
+            ca.send({"type": "RequestUpdateDetailViewModel", "id": rid, "mid": "doubt-1",
+                     "payload": {**detail, "title": "doubt-commit"}})
+            frames = ca.expect_closed(timeout=60)
+        assert not [f for f in frames if f.get("re") == rid], f"answered although the outcome was unknown: {frames}"
+        assert frames and frames[-1].get("op") == "draining" and "reason" in frames[-1], frames
+        assert "cannot tell whether a commit happened" in a.log_text()
+        saved = wait_until(lambda: next((f for f in broadcasts(ob) if f["payload"]["title"] == "doubt-commit"), None)
+                           or ob.ping() and None, timeout=60, what="the commit in doubt reaching B's subscriber")
+        assert saved.get("mid") == "doubt-1", saved
+        with LineClient(a.tcp_port, name="c2@A") as again:
+            replayed, answer = resume(again, epoch, seen)
+            assert answer.get("op") == "resumed", answer
+            assert strip_re(saved) in replayed, replayed
+            # The retry with the same mid is a duplicate, not a second write.
+            retry = next_id("retry")
+            again.send({"type": "RequestUpdateDetailViewModel", "id": retry, "mid": "doubt-1",
+                        "payload": {**detail, "title": "doubt-commit"}})
+            reply = again.expect(lambda f: f.get("re") == retry, timeout=30)
+            assert reply.get("duplicate") is True, reply
 
 
 def test_a_daemon_on_the_unix_socket_and_one_on_tcp_share_the_stream(daemon_factory, postgres):
