@@ -7,6 +7,9 @@ import PostgresNIO
 struct NoFittingServer: Error, CustomStringConvertible {
     /// One line per server tried: "HOST:PORT: reason".
     let reasons: [String]
+    /// Every server refused what no retry changes: the password or user (class 28), or a
+    /// database that does not exist (3D000). A start then fails at once.
+    var settingsRefused = false
 
     var description: String { "no usable server (" + reasons.joined(separator: "; ") + ")" }
 }
@@ -38,6 +41,7 @@ extension PostgresConnector {
         logger: Logger
     ) async throws -> (connection: PostgresConnection, server: Int) {
         var reasons: [String] = []
+        var refused = 0
         for index in 0..<serverCount {
             try Task.checkCancellation()
             let connection: PostgresConnection
@@ -50,6 +54,7 @@ extension PostgresConnector {
                 )
             } catch {
                 reasons.append("\(serverName(index)): \(PostgresStore.describe(error))")
+                if Self.refusesTheSettings(error) { refused += 1 }
                 continue
             }
             guard settings.targetSessionAttributes.requiresWritable else { return (connection, index) }
@@ -76,6 +81,13 @@ extension PostgresConnector {
             }
             try? await connection.close()
         }
-        throw NoFittingServer(reasons: reasons)
+        throw NoFittingServer(reasons: reasons, settingsRefused: refused > 0 && refused == serverCount)
+    }
+
+    /// Whether the server refused the connection for its settings: a password or user it does
+    /// not accept (class 28), or a database it does not have (3D000).
+    static func refusesTheSettings(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        return state.hasPrefix("28") || state == "3D000"
     }
 }

@@ -109,6 +109,9 @@ public actor PostgresStore: ServedStore {
                 opened = try await prepare(connector: connector, eventLoop: eventLoopGroup.any(), logger: logger)
             } catch let error as StoreError {
                 throw error
+            } catch let error as NoFittingServer where error.settingsRefused {
+                // A wrong password or database name: waiting does not change it.
+                throw StoreError(message: "PostgreSQL at \(settings) refused the connection: \(error)")
             } catch {
                 try Task.checkCancellation()
                 lastError = Self.describe(error)
@@ -203,8 +206,21 @@ public actor PostgresStore: ServedStore {
             if let state = error.serverInfo?[.sqlState], let message = error.serverInfo?[.message] {
                 return "\(state) \(message)"
             }
+            if error.code == .sslUnsupported { return "the server does not offer TLS (see sslmode)" }
+            if let underlying = error.underlying { return describe(underlying) }
             return "\(error.code)"
         }
+        if let error = error as? NIOConnectionError {
+            if error.dnsAAAAError != nil || error.dnsAError != nil, error.connectionErrors.isEmpty {
+                return "the host name \(error.host) is not found"
+            }
+            if let first = error.connectionErrors.first { return describe(first.error) }
+            return "cannot connect to \(error.host):\(error.port)"
+        }
+        if let error = error as? SocketAddressError, case .unknown(let host, _) = error {
+            return "the host name \(host) is not found"
+        }
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)).lowercased() }
         if error is DatabaseUnavailable { return "no connection within the timeout" }
         if let error = error as? NoFittingServer { return error.description }
         if let error = error as? ServerChanged { return error.description }

@@ -580,6 +580,31 @@ def test_postgres_config_errors_name_the_key(tmp_path):
     assert "postgres.pool_size" in err, err
 
 
+def test_settings_postgresql_refuses_fail_the_start_at_once_in_plain_words(tmp_path, postgres):
+    """A database that does not exist or a user the server refuses is not retried for the whole
+    startup timeout (30 s): waiting does not change it. An unreachable server is retried, and
+    its failure said in words ("connection refused"), not as a library's error name."""
+    binary = daemon_binary()
+
+    def start(url, timeout_ms="30000"):
+        begun = time.monotonic()
+        r = subprocess.run([binary, "serve", "--data-dir", str(tmp_path), "--storage", "postgres",
+                            "--listen", "127.0.0.1:0", "--http-listen", "off"],
+                           capture_output=True, text=True, timeout=90,
+                           env={**os.environ, "TODOSTREAM_POSTGRES_URL": url,
+                                "TODOSTREAM_POSTGRES_STARTUP_TIMEOUT_MS": timeout_ms})
+        assert r.returncode != 0, r.stderr
+        return r.stderr, time.monotonic() - begun
+
+    err, took = start(postgres.url("no_such_database"))
+    assert "3D000" in err and "refused the connection" in err and took < 15, (took, err)
+    err, took = start(postgres.url("postgres").replace("postgres@", "no_such_role@", 1))
+    assert "28000" in err and took < 15, (took, err)
+    closed = free_port()
+    err, _ = start(f"postgres://postgres@127.0.0.1:{closed}/postgres?sslmode=disable", timeout_ms="1500")
+    assert "connection refused" in err and "connectionError" not in err, err
+
+
 def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daemon_factory, database, postgres):
     """Another writer commits to the journal and moves the head without NOTIFY (a notification
     lost): the periodic catch-up still delivers it, in order, to clients on both daemons."""
