@@ -322,6 +322,11 @@ final class Daemon: Sendable {
             if let problem = certificateDateProblem(cert) {
                 logger.error("\(problem): clients will refuse it; replace it and reload")
             }
+            if options.listeners.tls == nil, !options.listeners.httpTLS {
+                logger.warning(
+                    "a TLS certificate is given but no listener uses it: add listen.tls (--tls-listen) or tls.http (--http-tls)"
+                )
+            }
         }
 
         let settings = RelaySettings(configuration: options.relay, auth: options.auth)

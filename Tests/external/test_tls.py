@@ -199,3 +199,12 @@ def test_wss_on_the_http_listener_with_http_tls(daemon_factory, pki):
             while chunk := tls.recv(4096):
                 answer += chunk
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_a_certificate_no_listener_uses_is_warned_about(daemon_factory, pki, tls_daemon):
+    """--tls-cert without --tls-listen or --http-tls serves no TLS at all: the log says so,
+    where a forgotten flag would otherwise pass unnoticed. A daemon that uses it says nothing."""
+    lone = daemon_factory("--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]))
+    warning = "a TLS certificate is given but no listener uses it"
+    assert warning in lone.log_text(), lone.log_text()
+    assert warning not in tls_daemon.log_text()
