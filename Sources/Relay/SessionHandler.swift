@@ -327,10 +327,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // gathered for it (the close below would fail it unsent anyway).
         _ = socketWrites.close()
         if let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
-            // A client that went away without close_notify (a killed `openssl s_client`): the
-            // connection ends as a TCP one would, nothing to look into.
-            logger.debug("TLS connection ended without close_notify")
-        } else if error is NIOSSLError || error is BoringSSLError {
+            // The client's input ended without close_notify (a FIN alone, a killed `openssl
+            // s_client`). NIOSSL says so, then passes the input's end on: what the client sent
+            // before it is answered, as on plain TCP, and then the connection closes.
+            logger.debug("TLS input ended without close_notify")
+            return
+        }
+        if error is NIOSSLError || error is BoringSSLError {
             // A TLS handshake refused (an untrusted certificate, no client certificate, not
             // TLS at all): what an operator looks for when clients cannot connect.
             logger.info(

@@ -6,6 +6,7 @@ A test CA and a server certificate are made at run time with the openssl CLI in 
 the session, and every wait reads s_client's stdout until the expected line arrives.
 """
 
+import json
 import os
 import re
 import signal
@@ -208,3 +209,56 @@ def test_a_certificate_no_listener_uses_is_warned_about(daemon_factory, pki, tls
     warning = "a TLS certificate is given but no listener uses it"
     assert warning in lone.log_text(), lone.log_text()
     assert warning not in tls_daemon.log_text()
+
+
+def test_input_ended_without_close_notify_is_answered_like_tcp(tls_daemon, pki):
+    """A client that sends requests and then only a TCP FIN (no close_notify: a ragged end)
+    gets its answers, as on plain TCP, and then the close. They were lost at random."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(str(pki["ca_cert"]))
+    ctx.check_hostname = False
+    for attempt in range(5):
+        sock = socket.create_connection(("127.0.0.1", tls_daemon.tls_port), timeout=10)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+
+        def send_pending():
+            data = outgoing.read()
+            if data:
+                sock.sendall(data)
+
+        def receive() -> bool:
+            data = sock.recv(65536)
+            if not data:
+                incoming.write_eof()
+            else:
+                incoming.write(data)
+            return bool(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                send_pending()
+                receive()
+        send_pending()
+        tls.write(b'{"op":"ping","id":"one"}\n{"type":"RequestTodoViewModels","id":"two"}\n')
+        send_pending()
+        sock.shutdown(socket.SHUT_WR)  # a FIN, no close_notify
+        received = b""
+        while True:
+            more = receive()
+            try:
+                while True:
+                    chunk = tls.read(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                pass
+            if not more:
+                break
+        sock.close()
+        answered = [json.loads(line).get("re") for line in received.splitlines() if line.strip()]
+        assert "one" in answered and "two" in answered, (attempt, received[-300:])
