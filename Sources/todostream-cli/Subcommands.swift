@@ -38,6 +38,9 @@ struct Toggle: AsyncParsableCommand {
     @OptionGroup var connection: ConnectionOptions
     @Argument(help: "The todo's id.") var id: String
 
+    // Checked before running, so that a bad id is reported with this command's usage.
+    func validate() throws { _ = try parseID(id) }
+
     func run() async throws {
         let id = try parseID(self.id)
         try await reporting {
@@ -50,6 +53,9 @@ struct Delete: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Delete a todo.")
     @OptionGroup var connection: ConnectionOptions
     @Argument(help: "The todo's id.") var id: String
+
+    // Checked before running, so that a bad id is reported with this command's usage.
+    func validate() throws { _ = try parseID(id) }
 
     func run() async throws {
         let id = try parseID(self.id)
@@ -68,6 +74,7 @@ struct Edit: AsyncParsableCommand {
     @Option(help: "high or normal.") var priority: PriorityArgument?
 
     func validate() throws {
+        _ = try parseID(id)
         if title == nil, subtitle == nil, priority == nil {
             throw ValidationError("Give at least one of --title, --subtitle, --priority.")
         }

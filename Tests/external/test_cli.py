@@ -49,6 +49,11 @@ def test_the_commands_add_list_toggle_edit_and_delete(daemon):
         assert list_todos(c) == []
     unknown = run_cli("toggle", "6f1c0000-0000-4000-8000-000000000000", "--url", url)
     assert unknown.returncode == 1 and "not_found" in (unknown.stderr + unknown.stdout).lower().replace(" ", "_"), unknown
+    # A malformed id is bad usage (64), shown with the command's own usage line.
+    for command in (["toggle"], ["delete"], ["edit", "--title", "x"]):
+        bad = run_cli(*command[:1], "not-a-uuid", *command[1:], "--url", url)
+        assert bad.returncode == 64 and "not a todo id" in bad.stderr, bad
+        assert f"Usage: todostream {command[0]} " in bad.stderr, bad.stderr
 
 
 def test_toggles_through_the_cli_are_applied_once_across_a_sigkill_of_the_daemon(daemon):
