@@ -86,6 +86,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private let assets: HTTPAssets
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
+    /// Refused connections are logged at most once per 10 s, with a count of the others.
+    private let refusals = NIOLockedValueBox(RefusalLog())
     private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
     private let deflateCodecs: DeflateCodecs
 
@@ -238,6 +240,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let settings = self.settings
         let children = self.children
         let logger = self.logger
+        let refusals = self.refusals
         let sendBuffer = settings.configuration.socketSendBufferBytes
         return { channel in
             let ip = channel.remoteAddress?.ipAddress ?? "?"
@@ -246,7 +249,12 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             case .admitted:
                 break
             case .tooManyTotal, .tooManyFromIP:
-                logger.warning("connection refused: limit reached", metadata: ["remote": "\(ip)"])
+                if case .log(let leftOut) = refusals.withLockedValue({ $0.refused(at: .now()) }) {
+                    logger.warning(
+                        "connection refused: limit reached",
+                        metadata: ["remote": "\(ip)", "refused.unlogged": "\(leftOut)"]
+                    )
+                }
                 if unregistered { return channel.eventLoop.makeFailedFuture(ConnectionRefused()) }
                 return channel.close()
             }
