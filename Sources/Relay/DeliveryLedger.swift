@@ -37,8 +37,12 @@ struct DeliveryLedger: Equatable, Sendable {
     private(set) var liveAfter: UInt64
     private(set) var liveTypes: TypeSet
     /// Seqs of the connection's own writes' broadcasts sent although not subscribed to, ascending.
-    /// A ring, so forgetting the oldest costs nothing per broadcast.
-    private(set) var own = CircularBuffer<UInt64>(initialCapacity: 16)
+    /// A ring, so forgetting the oldest costs nothing per broadcast; made at the first such
+    /// seq (most connections never have one, and an idle connection keeps no buffer).
+    private var ownRing: CircularBuffer<UInt64>?
+
+    /// The seqs in `ownRing`, oldest first.
+    var own: [UInt64] { ownRing.map(Array.init) ?? [] }
 
     /// A connection greeted at `helloSeq`, subscribed to `types`.
     init(helloSeq: UInt64, types: TypeSet) {
@@ -58,9 +62,12 @@ struct DeliveryLedger: Equatable, Sendable {
     /// The connection was sent its copy of the broadcast `seq` its own write caused.
     mutating func ownBroadcast(seq: UInt64, typeIndex: Int) {
         guard !liveTypes.contains(typeIndex) else { return }
-        if let last = own.last, last >= seq { return }
-        if own.count == Self.maxOwn { own.removeFirst() }
-        own.append(seq)
+        if let last = ownRing?.last, last >= seq { return }
+        var ring = ownRing ?? CircularBuffer(initialCapacity: 16)
+        ownRing = nil  // so that `ring` is the only reference and changes in place
+        if ring.count == Self.maxOwn { ring.removeFirst() }
+        ring.append(seq)
+        ownRing = ring
     }
 
     /// A resume replayed every broadcast of `types` in `after + 1 ... through` not sent before.
@@ -106,6 +113,7 @@ struct DeliveryLedger: Equatable, Sendable {
     }
 
     private func ownContains(_ seq: UInt64) -> Bool {
+        guard let own = ownRing else { return false }
         var low = 0
         var high = own.count
         while low < high {
