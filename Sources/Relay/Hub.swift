@@ -283,21 +283,20 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
                 if let code = delivery.event.failureCode { metrics.appError(code) }
                 let encoded = delivery.encodedPayload.map(EncodedBody.payload) ?? codec.encodeBody(delivery.event)
                 body = encoded
-                let reply = PendingReply(
-                    type: name,
-                    correlation: origin.correlation,
-                    mark: delivery.mark,
-                    body: encoded
-                )
-                if let route = routes[origin.session] {
-                    if delivery.event.outcomeUnknown {
-                        // Not answered: the connection closes, in its place among the rest.
-                        let shard = orderedShards[route.shard]
-                        let id = origin.session
-                        work.append(.item(shard: route.shard, .run { shard.sessions[id]?.closeOutcomeUnknown() }))
-                    } else {
-                        work.append(.item(shard: route.shard, .reply(origin.session, reply, typeIndex: typeIndex)))
-                    }
+                guard let route = routes[origin.session] else { break }
+                if delivery.event.outcomeUnknown {
+                    // Not answered: the connection closes, in its place among the rest.
+                    let shard = orderedShards[route.shard]
+                    let id = origin.session
+                    work.append(.item(shard: route.shard, .run { shard.sessions[id]?.closeOutcomeUnknown() }))
+                } else {
+                    let reply = PendingReply(
+                        type: name,
+                        correlation: origin.correlation,
+                        mark: delivery.mark,
+                        body: encoded
+                    )
+                    work.append(.item(shard: route.shard, .reply(origin.session, reply, typeIndex: typeIndex)))
                 }
             case .internal:
                 break

@@ -322,17 +322,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
+            // The client's input ended without close_notify (a FIN alone, a killed `openssl
+            // s_client`). NIOSSL says so, then passes the input's end on: what the client sent
+            // before it is answered, as on plain TCP, and then the connection closes. Not an
+            // error of the connection: it goes on as it was.
+            logger.debug("TLS input ended without close_notify")
+            return
+        }
         // A handler before this one may have written a last frame of its own (NIO's WebSocket
         // error handler writes a close): nothing may go to the socket past it, not even what was
         // gathered for it (the close below would fail it unsent anyway).
         _ = socketWrites.close()
-        if let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
-            // The client's input ended without close_notify (a FIN alone, a killed `openssl
-            // s_client`). NIOSSL says so, then passes the input's end on: what the client sent
-            // before it is answered, as on plain TCP, and then the connection closes.
-            logger.debug("TLS input ended without close_notify")
-            return
-        }
         if error is NIOSSLError || error is BoringSSLError {
             // A TLS handshake refused (an untrusted certificate, no client certificate, not
             // TLS at all): what an operator looks for when clients cannot connect.
@@ -1274,7 +1275,10 @@ private func shown(_ name: String) -> String {
 
 /// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
 /// recognised eight bytes at a time (no byte with its high bit set).
-func isValidUTF8(_ bytes: [UInt8]) -> Bool {
+func isValidUTF8(_ bytes: [UInt8]) -> Bool { isValidUTF8(bytes[...]) }
+
+/// The same for part of an array (a piece of a message checked as it passes).
+func isValidUTF8(_ bytes: ArraySlice<UInt8>) -> Bool {
     bytes.withUnsafeBytes(isASCII) || String(validating: bytes, as: UTF8.self) != nil
 }
 

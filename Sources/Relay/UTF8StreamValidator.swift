@@ -14,8 +14,8 @@ struct UTF8StreamValidator: Sendable {
         var bytes = carry
         bytes.append(contentsOf: piece.readableBytesView)
         let cut = Self.lastCut(bytes)
-        if !isValidUTF8(Array(bytes[..<cut])) { broken = true }
-        carry = Array(bytes[cut...])
+        if !isValidUTF8(bytes[..<cut]) { broken = true }
+        carry = Array(bytes[cut...])  // at most three bytes
     }
 
     /// Whether the message, now complete, was UTF-8: no broken character, none cut off at its end.
