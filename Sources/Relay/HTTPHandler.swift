@@ -103,8 +103,24 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.close(promise: nil)
     }
 
+    /// The web client's module (`Sources/TodoWeb/web/todostream.js`).
+    static let clientModulePath = "/todostream.js"
+
     private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
         let path = Self.path(of: head.uri)
+        // RFC 9112 §3.2: an HTTP/1.1 request without a Host, or any request with more than one,
+        // is answered 400 (the same for a WebSocket handshake, RFC 6455 §4.1).
+        let hosts = head.headers["Host"].count
+        if hosts > 1 || (hosts == 0 && (head.version.major > 1 || head.version.minor >= 1)) {
+            return respond(
+                context,
+                head,
+                .badRequest,
+                "text/plain; charset=utf-8",
+                Array("A request needs exactly one Host header (RFC 9112 §3.2).\n".utf8),
+                close: true
+            )
+        }
         guard head.method == .GET || head.method == .HEAD else {
             return respond(
                 context,
@@ -199,7 +215,12 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             )
         }
         if let asset = assets[path == "/" ? "/index.html" : path] {
-            return respond(context, head, .ok, asset.contentType, asset.bytes, extra: [("Cache-Control", "no-cache")])
+            var extra = [("Cache-Control", "no-cache")]
+            // The client module is for frontends served anywhere (docs/web.md): a page on another
+            // origin imports it as a module, which the browser allows only with this header. It
+            // is code anyone may read, and the header lets no page read anything else.
+            if path == Self.clientModulePath { extra.append(("Access-Control-Allow-Origin", "*")) }
+            return respond(context, head, .ok, asset.contentType, asset.bytes, extra: extra)
         }
         respond(context, head, .notFound, "text/plain; charset=utf-8", Array("Not found.\n".utf8))
     }

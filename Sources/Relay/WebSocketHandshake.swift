@@ -25,6 +25,11 @@ enum WebSocketHandshake {
         guard head.version.major > 1 || (head.version.major == 1 && head.version.minor >= 1) else {
             return .malformed("A WebSocket handshake is an HTTP/1.1 request.")
         }
+        // NIO's upgrader takes only a GET; any other method with these headers is no handshake
+        // either, and is not to be told it came too late (RFC 6455 §4.1).
+        guard head.method == .GET else {
+            return .malformed("A WebSocket handshake is a GET request (RFC 6455 §4.1).")
+        }
         guard headers["Host"].count == 1 else {
             return .malformed("A WebSocket handshake needs one Host header.")
         }

@@ -475,6 +475,42 @@ struct RawWebSocket {
         }
     }
 
+    /// RFC 9112 §3.2: an HTTP/1.1 request without Host, or one with two, is a bad request; an
+    /// HTTP/1.0 request may leave it out.
+    @Test func aRequestNeedsExactlyOneHost() async throws {
+        try await withDaemon { daemon in
+            for (request, expected) in [
+                ("GET /healthz HTTP/1.1\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.0\r\n\r\n", " 200 "),
+                ("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", " 200 "),
+            ] {
+                let connection = try await TestConnection.connect(port: daemon.httpPort)
+                try await connection.send(request)
+                let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+                #expect(answer.contains(expected), "\(request.debugDescription): \(answer)")
+                if expected == " 400 " { #expect(answer.contains("one Host header"), "\(answer)") }
+            }
+        }
+    }
+
+    /// The client module may be imported by a page on another origin: it carries
+    /// `Access-Control-Allow-Origin: *`; the page itself does not.
+    @Test func theClientModuleMayBeImportedFromAnotherOrigin() async throws {
+        try await withDaemon { daemon in
+            for (path, shared) in [("/todostream.js", true), ("/", false), ("/healthz", false)] {
+                let connection = try await TestConnection.connect(port: daemon.httpPort)
+                try await connection.send(
+                    "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://elsewhere.example\r\nConnection: close\r\n\r\n"
+                )
+                let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+                let header = answer.lowercased().contains("\r\naccess-control-allow-origin: *\r\n")
+                #expect(header == shared, "\(path): \(answer.prefix(600))")
+            }
+        }
+    }
+
     /// DNS rebinding: a page on a name its owner pointed at 127.0.0.1 sends that name as both
     /// Origin and Host. On a loopback listener the default check wants a name that only means
     /// loopback (or an IP address); an allowed origin named in the config still gets in.
@@ -567,6 +603,15 @@ struct RawWebSocket {
                     + "Content-Length: 0\r\n\r\n"
             )
             #expect(try await post.line().hasPrefix("HTTP/1.1 405 "))
+            // HEAD is served, but is no handshake either: 400 says so. It was once told that it
+            // came too late, as if another request had come before it on its connection.
+            let head = try await TestConnection.connect(port: daemon.httpPort)
+            try await head.send(
+                "HEAD /events HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            let headAnswer = String(decoding: try await head.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+            #expect(headAnswer.hasPrefix("HTTP/1.1 400 "), "\(headAnswer)")
             let garbled = try await TestConnection.connect(port: daemon.httpPort)
             try await garbled.send("GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
             let answer = String(decoding: try await garbled.waitForClose(), as: UTF8.self)

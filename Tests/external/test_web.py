@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -682,3 +683,36 @@ def test_screenshot_with_a_few_todos(pages, tcp):
     assert path.stat().st_size > 10_000
     if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
         shutil.copyfile(path, REPO / "docs" / "web.png")
+
+
+def _ws_connections_accepted(daemon) -> int:
+    with urllib.request.urlopen(f"{daemon.http_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith('todostream_connections_accepted_total{transport="ws"}'):
+            return int(float(line.split()[-1]))
+    raise AssertionError(f"no WebSocket connection count in /metrics:\n{text[:2000]}")
+
+
+def test_a_monitor_token_asks_for_a_view_token_instead_of_reconnecting_in_a_loop(browsers, daemon_factory):
+    """A monitor token authenticates, but a monitor may not publish, so the page cannot load its
+    list with it. It once went on: reset refused, connection closed, and (the backoff started
+    over at every greeting) a new connection a few times a second, for ever, with the token form
+    never shown. Now the page asks for a view token and keeps the connection it has."""
+    daemon = daemon_factory("--token", "view:view-token-for-the-page", "--monitor-token", "monitor-token-for-a-tap")
+    page = Page(browsers[0], "A")
+    try:
+        page.driver.get(f"{daemon.http_url}/#token=monitor-token-for-a-tap")
+        page.until(lambda p: p.visible('[data-testid="auth-form"]'), "the token form")
+        page.until(lambda p: "monitor" in p.text('[data-testid="auth-error"]'), "the form to say why")
+        assert page.state()["state"] == "auth", page.state()
+        accepted = _ws_connections_accepted(daemon)
+        time.sleep(2.0)  # what is measured is that nothing happens meanwhile
+        assert _ws_connections_accepted(daemon) == accepted, "the page kept reconnecting with the monitor token"
+        page.find('[data-testid="auth-token"]').send_keys("view-token-for-the-page")
+        page.find('[data-testid="auth-submit"]').click()
+        page.wait_live()
+        assert not page.visible('[data-testid="auth-form"]')
+        assert _ws_connections_accepted(daemon) == accepted, "the view token should be taken on the same connection"
+    finally:
+        page.driver.get("about:blank")

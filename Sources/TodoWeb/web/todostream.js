@@ -405,7 +405,9 @@ export class TodoStream extends EventTarget {
 
   #hello(frame) {
     clearTimeout(this.timers.hello);
-    this.attempt = 0;
+    // The backoff starts over once the session is live (`#goLive`), not at the greeting: a
+    // connection whose session cannot start (a reset that keeps failing) must not be retried
+    // at once, again and again.
     this.drainDelay = null;
     this.greeting = frame;
     this.#emit("hello", { frame });
@@ -428,6 +430,15 @@ export class TodoStream extends EventTarget {
       if (frame.error.code === "disconnected") return;
       this.#setState("auth");
       this.#emit("auth", { message: frame.error.message });
+      return;
+    }
+    if (frame.role === "monitor") {
+      // A monitor may watch but never publish: this page could not even load its list. Ask
+      // for a view token instead (the connection stays, and takes the next token as it comes).
+      this.#setState("auth");
+      this.#emit("auth", {
+        message: "That is a monitor token: it may watch but not change todos. Enter a view token.",
+      });
       return;
     }
     this.#setState("syncing");
@@ -489,6 +500,7 @@ export class TodoStream extends EventTarget {
   #goLive(how) {
     const wasLive = this.live;
     this.live = true;
+    this.attempt = 0;
     if (!wasLive) this.#setState("online");
     this.#emit("synced", { how });
     clearInterval(this.timers.ping);
