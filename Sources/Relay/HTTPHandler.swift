@@ -234,7 +234,50 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             target = authorityAndPath.firstIndex(of: "/").map { authorityAndPath[$0...] } ?? "/"
         }
         let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return path.isEmpty ? "/" : String(path)
+        return path.isEmpty ? "/" : decodingUnreserved(path)
+    }
+
+    /// `path` with each percent-encoded unreserved character (a letter, a digit, `-`, `.`, `_`,
+    /// `~`) decoded: RFC 3986 §6.2.2.2 makes `/%68ealthz` the same path as `/healthz`. Any other
+    /// escape (`%2F`, `%20`, a malformed one) is left as it is, so it names no route.
+    static func decodingUnreserved(_ path: Substring) -> String {
+        guard path.utf8.contains(UInt8(ascii: "%")) else { return String(path) }
+        let bytes = Array(path.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
+                let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]),
+                isUnreserved(high << 4 | low)
+            {
+                out.append(high << 4 | low)
+                index += 3
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: "~"):
+            true
+        default: false
+        }
     }
 
     static let contentSecurityPolicy =

@@ -590,6 +590,12 @@ struct RawWebSocket {
         #expect(HTTPHandler.path(of: "https://h") == "/")
         #expect(HTTPHandler.path(of: "?q") == "/")
         #expect(HTTPHandler.path(of: "/a?b?c") == "/a")
+        // RFC 3986 §6.2.2.2: an escaped unreserved character is that character; other escapes,
+        // and malformed ones, stay as they are.
+        #expect(HTTPHandler.path(of: "/%68ealthz") == "/healthz")
+        #expect(HTTPHandler.path(of: "/todostream%2Ejs?x=%41") == "/todostream.js")
+        #expect(HTTPHandler.path(of: "/a%2Fb%20c%zz%4") == "/a%2Fb%20c%zz%4")
+        #expect(HTTPHandler.path(of: "/%7e%5F") == "/~_")
     }
 
     /// The WebSocket handshake is a GET (RFC 6455 §4.1): any other method is no upgrade. A
