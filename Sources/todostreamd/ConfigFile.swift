@@ -130,7 +130,9 @@ enum ConfigFile {
         }
         var flat: Values = [:]
         try flatten(root, prefix: "", into: &flat, path: path)
-        for (key, value) in flat { try check(key, value) }
+        // A value's error names the file it is in (the environment's and the flags' name
+        // their variable or flag instead).
+        for (key, value) in flat { try check(key, value, name: "\(path): \(key)") }
         return flat
     }
 

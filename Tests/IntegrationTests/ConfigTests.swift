@@ -84,6 +84,8 @@ import Glibc
                 == true
         )
         #expect(message("storage: paper\n")?.contains("storage must be one of") == true)
+        // A bad value names the file it is in, as a bad key does.
+        #expect(message("storage: paper\n")?.contains(".yaml: storage must be one of") == true)
         #expect(message("listen:\n  tcp: nowhere\n")?.contains("listen.tcp must be HOST:PORT or off") == true)
         #expect(
             message("auth:\n  tokens:\n    - role: admin\n      token: abcdefghij\n")?.contains(
