@@ -8,8 +8,9 @@ import UnixSignals
 ///
 /// `signals` is created before the daemon starts (`UnixSignalsSequence` traps them at once),
 /// so a signal that arrives while the daemon starts waits here and is handled as soon as the
-/// group runs: a stop during start-up is a graceful stop, never the signal's default action.
-/// Signals that arrive once this service has stopped (during the drain) stay trapped and are
+/// group runs: a stop during start-up is a graceful stop, not the signal's default action
+/// (`serve` traps them first thing; one sent within the process's first milliseconds, before
+/// that, still kills it, with nothing open yet). Signals that arrive once this service has stopped (during the drain) stay trapped and are
 /// ignored. Tests hand in a stream of their own.
 struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.Element == UnixSignal {
     let signals: Signals

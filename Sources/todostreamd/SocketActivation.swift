@@ -12,24 +12,65 @@ enum SocketActivation {
     static let firstDescriptor: Int32 = 3
 
     /// The inherited descriptors by name; empty when the sockets are not meant for this process.
-    static func descriptors(environment: [String: String], pid: Int32 = getpid()) throws -> [String: Int32] {
+    ///
+    /// As systemd's `sd_listen_fds`: only with `LISTEN_PID` naming this process (without it,
+    /// `LISTEN_FDS` may be left over from a parent, and descriptors 3, 4, … are the daemon's
+    /// own). Each descriptor must be a listening TCP socket, and each name given once: anything
+    /// else is refused before the daemon says it is ready, rather than served as a listener
+    /// that is none (`first`: the first descriptor, 3 but in tests).
+    static func descriptors(
+        environment: [String: String],
+        pid: Int32 = getpid(),
+        first: Int32 = firstDescriptor
+    ) throws -> [String: Int32] {
         guard let countText = environment["LISTEN_FDS"], let count = Int32(countText), count > 0 else { return [:] }
-        if let listenPID = environment["LISTEN_PID"], Int32(listenPID) != pid { return [:] }
+        guard let listenPID = environment["LISTEN_PID"], Int32(listenPID) == pid else { return [:] }
         let names = (environment["LISTEN_FDNAMES"] ?? "").split(separator: ":", omittingEmptySubsequences: false).map(
             String.init
         )
         var result: [String: Int32] = [:]
         for index in 0..<count {
-            let name = index < names.count ? names[Int(index)] : "unknown"
+            let descriptor = first + index
+            let name = index < names.count ? names[Int(index)] : ""
             guard ["tcp", "tls", "http"].contains(name) else {
+                let named = name.isEmpty ? "has no name (LISTEN_FDNAMES)" : "is named \(name)"
                 throw ConfigError(
                     message:
-                        "socket activation: descriptor \(firstDescriptor + index) is named \(name); name sockets tcp, tls or http with FileDescriptorName="
+                        "socket activation: descriptor \(descriptor) \(named); name sockets tcp, tls or http with FileDescriptorName="
                 )
             }
-            result[name] = firstDescriptor + index
+            guard result[name] == nil else {
+                throw ConfigError(
+                    message: "socket activation: two descriptors are named \(name); name each socket once"
+                )
+            }
+            if let problem = listeningProblem(descriptor) {
+                throw ConfigError(
+                    message:
+                        "socket activation: descriptor \(descriptor) (\(name)) is not a listening TCP socket: \(problem)"
+                )
+            }
+            result[name] = descriptor
         }
         return result
+    }
+
+    /// Why `descriptor` is not a listening TCP socket; nil when it is one.
+    static func listeningProblem(_ descriptor: Int32) -> String? {
+        func option(_ name: Int32) -> Int32? {
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(descriptor, SOL_SOCKET, name, &value, &length) == 0 ? value : nil
+        }
+        guard let type = option(SO_TYPE) else {
+            return errno == EBADF ? "it is not open" : "it is not a socket"
+        }
+        guard type == Int32(SOCK_STREAM.rawValue) else { return "it is not a stream socket" }
+        guard let domain = option(SO_DOMAIN), domain == AF_INET || domain == AF_INET6 else {
+            return "it is not an IPv4 or IPv6 socket"
+        }
+        guard option(SO_ACCEPTCONN) == 1 else { return "it does not listen (no listen(2) was called on it)" }
+        return nil
     }
 
     /// Replaces configured listeners with inherited sockets of the same name.

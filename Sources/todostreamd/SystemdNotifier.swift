@@ -47,12 +47,18 @@ struct SystemdNotifier: Sendable {
         return sent == message.count
     }
 
-    /// Half of `WATCHDOG_USEC`, when the watchdog is on and meant for this process.
+    /// Half of `WATCHDOG_USEC` (at least `minimumWatchdogInterval`), when the watchdog is on and
+    /// meant for this process.
     static func watchdogInterval(environment: [String: String] = ProcessInfo.processInfo.environment) -> Duration? {
         guard let text = environment["WATCHDOG_USEC"], let usec = UInt64(text), usec > 0 else { return nil }
         if let pid = environment["WATCHDOG_PID"], !pid.isEmpty, pid != String(getpid()) { return nil }
-        return .microseconds(Int64(usec / 2))
+        // At most 20 pings a second: each asks the event loops and the store whether they answer,
+        // and a watchdog tighter than that (WATCHDOG_USEC=1) is a mistake that would otherwise
+        // spin the daemon on pings.
+        return max(.microseconds(Int64(usec / 2)), minimumWatchdogInterval)
     }
+
+    static let minimumWatchdogInterval = Duration.milliseconds(50)
 
     static func monotonicMicroseconds() -> UInt64 {
         var now = timespec()

@@ -184,6 +184,13 @@ struct Serve: AsyncParsableCommand {
     var portFile: String?
 
     func run() async throws {
+        // Every signal the daemon handles is trapped first thing, before the config is read and
+        // anything listens, and handled in one place: the daemon's `SignalService`. One that
+        // arrives while the daemon starts waits for it, so a stop during start-up is a graceful
+        // stop too, not the default kill. (Only one sent within the process's first
+        // milliseconds, while its libraries load and its arguments are parsed, still takes the
+        // default action: nothing is open then.)
+        let trapped = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
         MemoryAllocator.configure(environment: ProcessInfo.processInfo.environment)
         let options: DaemonOptions
         do {
@@ -202,10 +209,6 @@ struct Serve: AsyncParsableCommand {
             return ReloadableLogHandler(handler)
         }
         let logger = Logger(label: "todostreamd")
-        // Every signal the daemon handles is trapped here, before anything listens, and handled
-        // in one place: the daemon's `SignalService`. One that arrives while the daemon starts
-        // waits for it, so a stop during start-up is a graceful stop too, never the default kill.
-        let trapped = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
         // Passed on to the daemon's `SignalService`; a stop signal while the daemon is still
         // starting (retrying an unreachable PostgreSQL for `postgres.startup_timeout_ms`, longer
         // than the unit's stop timeout) also cancels the start: nothing runs yet, so that is
@@ -266,6 +269,15 @@ struct CheckConfig: ParsableCommand {
         } catch let error as ConfigError {
             fail(error.message)
         }
+        // A data directory that `serve` would use (SQLite's database, or the --dev-tls
+        // certificate) must be one where it is: `serve` refuses a file there.
+        var isDirectory: ObjCBool = false
+        if options.engine == .sqlite || options.devTLS,
+            FileManager.default.fileExists(atPath: options.dataDirectory, isDirectory: &isDirectory),
+            !isDirectory.boolValue
+        {
+            fail("data directory \(options.dataDirectory) is not a directory")
+        }
         // The certificate and key are loaded as `serve` loads them: a config that names files
         // it cannot use does not pass.
         if let certificate = options.tlsCertificatePath, let key = options.tlsKeyPath {
@@ -280,7 +292,9 @@ struct CheckConfig: ParsableCommand {
                 fail(error.message)
             }
             if let problem = Daemon.certificateDateProblem(certificate) {
-                FileHandle.standardError.write(Data("todostreamd: warning: \(problem)\n".utf8))
+                // At the journal's warning priority when it is standard error (ExecStartPre).
+                let journal = JournalStream.isStandardErrorTheJournal(environment: ProcessInfo.processInfo.environment)
+                FileHandle.standardError.write(Data("\(journal ? "<4>" : "")todostreamd: warning: \(problem)\n".utf8))
             }
         }
         print("\(file): ok")
@@ -307,8 +321,16 @@ final class StartPhase: Sendable {
 
 /// Prints `todostreamd: MESSAGE` to standard error and exits 1.
 func fail(_ message: String) -> Never {
-    FileHandle.standardError.write(Data("todostreamd: \(message)\n".utf8))
+    FileHandle.standardError.write(Data(failureLine(message, environment: ProcessInfo.processInfo.environment).utf8))
     Foundation.exit(1)
+}
+
+/// The line `fail` writes: with the journal's error priority (`<3>`, sd-daemon(3)) when standard
+/// error is the journal, as every logged line has its own, so `journalctl -p err` shows why
+/// the daemon did not start.
+func failureLine(_ message: String, environment: [String: String]) -> String {
+    let prefix = JournalStream.isStandardErrorTheJournal(environment: environment) ? "<3>" : ""
+    return "\(prefix)todostreamd: \(message)\n"
 }
 
 func writePortFile(_ path: String, _ addresses: BoundAddresses) throws {

@@ -440,6 +440,72 @@ import Glibc
         try options.validate()
     }
 
+    /// Descriptors passed by socket activation are taken only with `LISTEN_PID` naming this
+    /// process, and only when each is a listening TCP socket named once: the daemon once served
+    /// its own descriptors, a file, or an unbound socket as listeners (and crashed on them).
+    @Test func socketActivationTakesOnlyListeningTCPSocketsMeantForThisProcess() throws {
+        func tcpSocket(listening: Bool, type: Int32 = Int32(SOCK_STREAM.rawValue)) -> Int32 {
+            let descriptor = socket(AF_INET, type, 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            if listening { _ = listen(descriptor, 8) }
+            return descriptor
+        }
+        // Two descriptors side by side, as systemd passes them (3, 4, … in the daemon).
+        let first: Int32 = 900
+        func place(_ descriptors: [Int32]) {
+            for (index, descriptor) in descriptors.enumerated() {
+                _ = dup2(descriptor, first + Int32(index))
+                close(descriptor)
+            }
+        }
+        defer { for index in 0..<2 { close(first + Int32(index)) } }
+        let pid = getpid()
+        func take(_ names: String, pid given: Int32? = pid) throws -> [String: Int32] {
+            var environment = ["LISTEN_FDS": "2", "LISTEN_FDNAMES": names]
+            if let given { environment["LISTEN_PID"] = String(given) }
+            return try SocketActivation.descriptors(environment: environment, pid: pid, first: first)
+        }
+        func refusal(_ names: String) -> String {
+            do {
+                return "taken: \(try take(names))"
+            } catch {
+                return "\(error)"
+            }
+        }
+        place([tcpSocket(listening: true), tcpSocket(listening: true)])
+        #expect(try take("tcp:http") == ["tcp": first, "http": first + 1])
+        // Not for this process: without LISTEN_PID, or with another's.
+        #expect(try take("tcp:http", pid: nil).isEmpty)
+        #expect(try take("tcp:http", pid: pid + 1).isEmpty)
+        #expect(refusal("tcp:tcp").contains("two descriptors are named tcp"))
+        #expect(refusal("").contains("descriptor \(first) has no name"))
+        #expect(refusal("tcp:").contains("descriptor \(first + 1) has no name"))
+        // Not a listening TCP socket: each says which and why.
+        func readEndOfAPipe() -> Int32 {
+            var ends: [Int32] = [0, 0]
+            _ = pipe(&ends)
+            close(ends[1])
+            return ends[0]
+        }
+        let notListening = "is not a listening TCP socket"
+        place([tcpSocket(listening: false), readEndOfAPipe()])
+        #expect(refusal("tcp:http").contains("descriptor \(first) (tcp) \(notListening): it does not listen"))
+        place([tcpSocket(listening: true, type: Int32(SOCK_DGRAM.rawValue)), tcpSocket(listening: true)])
+        #expect(refusal("tcp:http").contains("(tcp) \(notListening): it is not a stream socket"))
+        place([tcpSocket(listening: true)])
+        close(first + 1)
+        #expect(refusal("tcp:http").contains("descriptor \(first + 1) (http) \(notListening): it is not open"))
+        place([tcpSocket(listening: true), readEndOfAPipe()])
+        #expect(refusal("tcp:http").contains("(http) \(notListening): it is not a socket"))
+    }
+
     @Test func aPostgresURLMeansPostgres() throws {
         let url = "postgres://user:hunter22@db.example/todos"
         // With no storage setting, the URL selects PostgreSQL, from a flag, a file or the environment.

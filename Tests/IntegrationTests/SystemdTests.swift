@@ -86,6 +86,8 @@ final class NotifySocket: Sendable {
             SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"]) == nil
         )
         #expect(SystemdNotifier.watchdogInterval(environment: [:]) == nil)
+        // A watchdog of a microsecond is a mistake: pinged 20 times a second, not 500,000.
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "1"]) == .milliseconds(50))
         #expect(SystemdNotifier(environment: [:]).notify("READY=1") == false)
     }
 

@@ -85,6 +85,17 @@ def test_check_config_accepts_the_example_and_names_what_is_wrong(tmp_path):
     result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
     assert result.returncode != 0, result.stdout
     assert "cannot load TLS certificate" in result.stderr and str(missing) in result.stderr, result.stderr
+    # A data dir that is a file fails the check as it fails `serve` (it once passed: the unit's
+    # ExecStartPre let a start through that then failed).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    bad.write_text(f"data_dir: {blocker}\n")
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout
+    assert f"data directory {blocker} is not a directory" in result.stderr, result.stderr
+    bad.write_text(f"data_dir: {blocker}\nstorage: memory\n")  # not used: nothing to say
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_busy_port_and_an_unwritable_data_dir_are_one_line_errors(daemon, tmp_path):
@@ -235,8 +246,10 @@ def test_socket_activation_serves_on_inherited_sockets_that_survive_a_restart(tm
         def hand_over():
             os.dup2(listener.fileno(), 3)
         env = dict(os.environ, LISTEN_FDS="1", LISTEN_FDNAMES="tcp")
-        env.pop("LISTEN_PID", None)
-        return subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"), "--http-listen", "off"],
+        # LISTEN_PID names the process the sockets are for, as systemd sets it: the shell's pid,
+        # which the daemon keeps by exec.
+        return subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh",
+                                 daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"), "--http-listen", "off"],
                                 env=env, preexec_fn=hand_over, pass_fds=(3, listener.fileno()),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -262,6 +275,42 @@ def test_socket_activation_serves_on_inherited_sockets_that_survive_a_restart(tm
         if first.poll() is None:
             first.kill()
         listener.close()
+
+
+def test_socket_activation_refuses_what_is_no_listening_socket_and_ignores_sockets_meant_for_another(tmp_path):
+    """A descriptor handed over as a listener must be one: a file or an unlistened socket is
+    refused at start (the daemon once said it served, then crashed). Without LISTEN_PID the
+    descriptors are not this process's (as sd_listen_fds): the daemon binds its own listeners."""
+    path = tmp_path / "not-a-socket"
+    path.write_text("x")
+    with open(path) as file:
+        def hand_over():
+            os.dup2(file.fileno(), 3)
+        env = dict(os.environ, LISTEN_FDS="1", LISTEN_FDNAMES="tcp")
+        refused = subprocess.run(["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", daemon_binary(), "serve",
+                                  "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", "--http-listen", "off"],
+                                 env=env, preexec_fn=hand_over, pass_fds=(3, file.fileno()),
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1, refused
+        assert "descriptor 3 (tcp) is not a listening TCP socket: it is not a socket" in refused.stderr, refused.stderr
+        ports = tmp_path / "ports.json"
+        ignored = subprocess.Popen([daemon_binary(), "serve", "--data-dir", str(tmp_path / "data"),
+                                    "--listen", "127.0.0.1:0", "--http-listen", "off", "--port-file", str(ports)],
+                                   env=env, preexec_fn=hand_over, pass_fds=(3, file.fileno()),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not (ports.exists() and ports.read_text().strip()):
+                assert ignored.poll() is None, "the daemon ended"
+                assert time.monotonic() < deadline, "no port file"
+                time.sleep(0.05)
+            port = json.loads(ports.read_text())["tcp"]
+            sock, reader, _ = line_client(port)
+            assert reader is not None
+            sock.close()
+        finally:
+            ignored.send_signal(signal.SIGTERM)
+            assert ignored.wait(timeout=30) == 0
 
 
 def test_a_second_daemon_on_a_data_dir_in_use_does_not_start(daemon_factory):
@@ -452,4 +501,22 @@ def test_log_lines_carry_their_priority_when_stderr_is_the_journal(tmp_path):
     assert lines, "nothing logged"
     assert any(line.startswith("<5>notice todostreamd:") for line in lines), lines
     assert any(line.startswith("<6>info todostreamd:") for line in lines), lines
+    assert all(line[0] == "<" and line[2] == ">" for line in lines), lines
+
+
+def test_a_daemon_that_cannot_start_says_why_at_error_priority_in_the_journal(tmp_path):
+    """The reason a start fails (here: the data dir is a file) is the line `journalctl -p err`
+    must show; it once had no priority, so journald filed it at info with the rest."""
+    log = tmp_path / "stderr.log"
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with open(log, "w") as stderr:
+        status = os.fstat(stderr.fileno())
+        env = dict(os.environ, JOURNAL_STREAM=f"{status.st_dev}:{status.st_ino}")
+        result = subprocess.run([daemon_binary(), "serve", "--data-dir", str(not_a_dir),
+                                 "--listen", "127.0.0.1:0", "--http-listen", "off"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=stderr, timeout=60)
+    assert result.returncode == 1
+    lines = log.read_text().splitlines()
+    assert any(line.startswith("<3>todostreamd: ") and "not a directory" in line for line in lines), lines
     assert all(line[0] == "<" and line[2] == ">" for line in lines), lines
