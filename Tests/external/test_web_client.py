@@ -107,6 +107,8 @@ def test_edits_in_two_tabs_while_the_daemon_is_away_converge(pages, tcp, daemon)
     )
     for page in pages:
         assert all(row["marker"] and row["marker"].startswith("Pending") for row in pending(page)), pending(page)
+    # A row waiting to be deleted cannot be toggled: the toggle would apply to the deleted todo.
+    assert not b.li("Walk the dog").find_element(By.CSS_SELECTOR, ".toggle").is_enabled()
     # Neither tab sees the other's edits yet.
     assert a.item("Call mum")["completed"] is False and a.item("Walk the dog") is not None
     assert b.item("Buy milk")["completed"] is False and b.item("Written while offline") is None

@@ -250,7 +250,7 @@ function createItem(vm) {
     const entry = entryFor(li);
     // The box shows the pending toggle once it is queued (render), not the click itself.
     toggle.checked = entry ? !!displayed(entry).complete : toggle.checked;
-    if (entry) toggleTodo(entry);
+    if (entry && pendingKind(entry) !== "delete") toggleTodo(entry);
   });
 
   const text = document.createElement("div");
@@ -346,6 +346,8 @@ function renderItem(li, vm, pending) {
   li.removeAttribute("aria-busy");
   const toggle = li.querySelector(".toggle");
   toggle.checked = !!vm.complete;
+  // A row waiting to be deleted is not toggled: the toggle would apply to the deleted todo.
+  toggle.disabled = pending === "delete";
   toggle.setAttribute("aria-label", `${vm.completeActionTitle}: ${vm.title}`);
   toggle.title = vm.completeActionTitle;
   li.querySelector(".title").textContent = vm.title;
