@@ -18,8 +18,9 @@ public struct ClientConfiguration: Sendable {
     }
 
     public var endpoint: ClientEndpoint
-    /// A view (or monitor) token; sent with `auth` after the greeting (TCP, TLS) or as
-    /// `Authorization: Bearer` on the WebSocket upgrade.
+    /// A view (or monitor) token; sent with `auth` after the greeting on every transport (on
+    /// WebSocket also as `Authorization: Bearer` with the upgrade). A token the daemon refuses
+    /// stops the client (`stoppedBecause`).
     public var token: String?
     public var tls: TLS
     public var backoff: Backoff
@@ -32,9 +33,10 @@ public struct ClientConfiguration: Sendable {
     public var eventBufferCapacity: Int
     /// The longest frame accepted from the daemon.
     public var maxFrameBytes: Int
-    /// The daemon's `limits.max_frame_bytes`: a request longer than this is refused here,
-    /// unsent (the daemon would drop it, answering `frame_too_large` with no `re` to tell which
-    /// request it was).
+    /// The frame limit assumed for the daemon (its `limits.max_frame_bytes`, which the greeting
+    /// does not tell; 65536 by default): a request longer than this is refused here, unsent
+    /// (`requestTooLarge`). One under it that is over the daemon's own limit is answered
+    /// `frame_too_large` by the daemon, and fails with it (`rejected`).
     public var maxRequestBytes: Int
     public var logger: Logger
 

@@ -17,6 +17,9 @@ public struct ClientError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let closed = Code("closed")
         /// The daemon refused the frame (`{"op":"error"}`); `serverCode` says why.
         public static let rejected = Code("rejected")
+        /// The request is over `maxRequestBytes` (the frame limit assumed for the daemon); it
+        /// was not sent.
+        public static let requestTooLarge = Code("request_too_large")
         /// The daemon sent something this client cannot read.
         public static let protocolViolation = Code("protocol_violation")
         /// The daemon refused the token.

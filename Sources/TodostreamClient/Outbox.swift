@@ -40,14 +40,12 @@ struct Outbox: Sendable {
 
     /// The connection is ready (resumed): every entry not answered goes out, in the order
     /// accepted.
-    mutating func connectionReady() -> [[UInt8]] {
-        var frames: [[UInt8]] = []
+    mutating func connectionReady() -> [Entry] {
         for index in entries.indices {
             entries[index].sent = true
             entries[index].everSent = true
-            frames.append(entries[index].frame)
         }
-        return frames
+        return entries
     }
 
     /// The connection is gone: what was sent on it may or may not have arrived, and is sent

@@ -27,6 +27,7 @@ public actor TodostreamClient {
     private var eventsOverflowed = false
     private var machine: ConnectionStateMachine
     private var outbox: Outbox
+    private var answerOrder: AnswerOrder
     private var mutationIDs = MutationIDs()
     private var frameCounter: UInt64 = 0
     private var pending: [String: Pending] = [:]
@@ -57,9 +58,14 @@ public actor TodostreamClient {
         self.logger[metadataKey: "endpoint"] = "\(configuration.endpoint)"
         self.machine = ConnectionStateMachine(
             backoff: configuration.backoff,
-            authenticates: configuration.token != nil && !configuration.endpoint.transport.isWebSocket
+            // On every transport: a token given with a WebSocket upgrade that the daemon does not
+            // take leaves the session unauthenticated without a word (protocol §3); `auth` is
+            // answered, granted again when the upgrade's token was taken.
+            authenticates: configuration.token != nil
         )
         self.outbox = Outbox(capacity: configuration.outboxCapacity)
+        // The outbox's requests, and `auth` and `resume`.
+        self.answerOrder = AnswerOrder(capacity: max(1, configuration.outboxCapacity) + 2)
         let (stream, continuation) = AsyncStream.makeStream(
             of: ClientEvent.self,
             bufferingPolicy: .bufferingOldest(max(1, configuration.eventBufferCapacity))
@@ -139,6 +145,7 @@ public actor TodostreamClient {
         }
         channel = nil
         outbox.connectionLost()
+        answerOrder.connectionLost()
         // Only a connection the caller was told about is reported lost.
         if machine.isReady, !finished { emit(.disconnected) }
     }
@@ -190,11 +197,12 @@ public actor TodostreamClient {
         let mid = Self.isWrite(event) ? mutationIDs.next() : nil
         let frame = OutgoingFrame.request(event, id: id, mid: mid)
         guard frame.count <= configuration.maxRequestBytes else {
+            // The greeting does not tell the daemon's limit: this is the one configured here.
             throw ClientError(
-                .rejected,
-                "The request is \(frame.count) bytes, over the daemon's frame limit of "
-                    + "\(configuration.maxRequestBytes) (limits.max_frame_bytes); nothing was sent.",
-                serverCode: "frame_too_large"
+                .requestTooLarge,
+                "The request is \(frame.count) bytes, over the frame limit this client assumes for the "
+                    + "daemon (\(configuration.maxRequestBytes) bytes; the daemon's default limits.max_frame_bytes "
+                    + "is 65536); nothing was sent."
             )
         }
         frameCounter += 1
@@ -205,7 +213,7 @@ public actor TodostreamClient {
                 "\(outbox.capacity) requests are waiting for an answer or a connection already; try again later."
             )
         case .send(let bytes):
-            write(bytes)
+            write(bytes, id: id)
         case .queued:
             break
         }
@@ -265,8 +273,11 @@ public actor TodostreamClient {
         return TLSFailure.describe(text, peer: "the daemon")
     }
 
-    private func write(_ bytes: [UInt8]) {
-        channel?.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
+    /// Sends the frame whose `id` is `id`; its answers are expected in the order sent.
+    private func write(_ bytes: [UInt8], id: String) {
+        guard let channel else { return }
+        answerOrder.sent(id)
+        channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
     }
 
     // MARK: - Receiving
@@ -276,6 +287,7 @@ public actor TodostreamClient {
             logger.debug("unreadable frame from the daemon")
             return
         }
+        if let re = frame.re { answerOrder.answered(re) }
         if let op = frame.op {
             control(op, frame)
             return
@@ -328,39 +340,69 @@ public actor TodostreamClient {
         switch frame.re {
         case "auth":
             logger.warning("the daemon refused the token")
-            let error = ClientError(.unauthorized, message, serverCode: code)
-            stopReason = error
-            let waiting = pending
-            pending.removeAll()
-            _ = outbox.removeAll()
-            for (_, entry) in waiting {
-                entry.timeout?.cancel()
-                entry.continuation?.resume(throwing: error)
-            }
-            close()
+            stop(because: ClientError(.unauthorized, message, serverCode: code))
+        case "resume" where code == "unauthorized":
+            // The daemon wants a token this client does not have (it would want it on every
+            // connection): reconnecting cannot help.
+            logger.warning("the daemon requires a token")
+            stop(because: ClientError(.unauthorized, "The daemon requires a token.", serverCode: code))
         case "resume":
             // The journal could not be read: try again on a new connection.
             channel?.close(promise: nil)
         case .some(let re):
-            outbox.remove(id: re)
-            guard let entry = pending.removeValue(forKey: re) else { return }
-            entry.timeout?.cancel()
-            entry.continuation?.resume(throwing: ClientError(.rejected, message, serverCode: code))
+            fail(re, ClientError(.rejected, message, serverCode: code))
+        case .none where code == "frame_too_large":
+            // Dropped unread, so without `re`: it answers the oldest frame not yet answered.
+            guard let re = answerOrder.answeredWithoutID() else {
+                logger.debug("daemon error", metadata: ["error.code": "\(code)"])
+                return
+            }
+            fail(
+                re,
+                ClientError(
+                    .rejected,
+                    "The request is over the daemon's frame limit (limits.max_frame_bytes): \(message) "
+                        + "Nothing was applied.",
+                    serverCode: code
+                )
+            )
         case .none:
             logger.debug("daemon error", metadata: ["error.code": "\(code)"])
         }
     }
 
+    /// The request `re` is done: it fails with `error`.
+    private func fail(_ re: String, _ error: ClientError) {
+        outbox.remove(id: re)
+        guard let entry = pending.removeValue(forKey: re) else { return }
+        entry.timeout?.cancel()
+        entry.continuation?.resume(throwing: error)
+    }
+
+    /// The daemon refused this client (its token): everything waiting fails with `error`, and
+    /// the client stops.
+    private func stop(because error: ClientError) {
+        stopReason = error
+        let waiting = pending
+        pending.removeAll()
+        _ = outbox.removeAll()
+        for (_, entry) in waiting {
+            entry.timeout?.cancel()
+            entry.continuation?.resume(throwing: error)
+        }
+        close()
+    }
+
     private func execute(_ action: ConnectionStateMachine.Action) {
         switch action {
         case .sendAuth:
-            if let token = configuration.token { write(OutgoingFrame.auth(token: token)) }
+            if let token = configuration.token { write(OutgoingFrame.auth(token: token), id: "auth") }
         case .sendResume(let epoch, let after):
-            write(OutgoingFrame.resume(epoch: epoch, after: after))
+            write(OutgoingFrame.resume(epoch: epoch, after: after), id: "resume")
         case .ready(let resumed, let reset):
             if let reset { emit(.reset(seq: reset)) }
             emit(.connected(resumed: resumed))
-            for frame in outbox.connectionReady() { write(frame) }
+            for entry in outbox.connectionReady() { write(entry.frame, id: entry.id) }
         case .none, .connect, .wait, .stop:
             break
         }

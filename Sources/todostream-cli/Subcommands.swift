@@ -99,6 +99,7 @@ struct Watch: AsyncParsableCommand {
 
     func run() async throws {
         let json = self.json
+        let tokenGiven = connection.token != nil
         try await reporting {
             let client = try connection.makeClient()
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -114,7 +115,7 @@ struct Watch: AsyncParsableCommand {
                             unreachable = nil
                         }
                         do {
-                            try await Watch.show(event, json: json, client: client)
+                            try await Watch.show(event, json: json, client: client, tokenGiven: tokenGiven)
                         } catch {
                             await client.close()
                             throw error
@@ -124,23 +125,29 @@ struct Watch: AsyncParsableCommand {
                 try await group.waitForAll()
             }
             // It ends by itself only when the daemon refused it (a bad token): say why.
-            if let reason = await client.stoppedBecause { throw CLIFailure(reason) }
+            if let reason = await client.stoppedBecause { throw CLIFailure(reason, tokenGiven: tokenGiven) }
         }
     }
 
     /// Asks for the whole list (it is printed when its reply comes, as an event). A daemon that
-    /// wants a token this client does not have ends the watch (exit 4), as it ends `list`.
-    private static func refetch(_ client: TodostreamClient) async throws {
+    /// wants a token this client does not have, or that does not let this token's role ask
+    /// (a monitor's), ends the watch (exit 4), as it ends `list`.
+    private static func refetch(_ client: TodostreamClient, tokenGiven: Bool) async throws {
         do {
             _ = try await client.request(.requestTodoViewModels)
-        } catch let error as ClientError where error.serverCode == "unauthorized" {
-            throw CLIFailure(ClientError(.unauthorized, "The daemon requires a token: give it with --token."))
+        } catch let error as ClientError where ["unauthorized", "not_permitted"].contains(error.serverCode) {
+            throw CLIFailure(error, tokenGiven: tokenGiven)
         } catch {
             // Anything else (a lost connection, no answer in time): the next connection asks again.
         }
     }
 
-    private static func show(_ event: ClientEvent, json: Bool, client: TodostreamClient) async throws {
+    private static func show(
+        _ event: ClientEvent,
+        json: Bool,
+        client: TodostreamClient,
+        tokenGiven: Bool
+    ) async throws {
         switch event {
         case .connected(let resumed):
             if json {
@@ -149,10 +156,10 @@ struct Watch: AsyncParsableCommand {
                 output(resumed ? "-- resumed" : "-- connected")
             }
             // A new connection (or a reset) shows the whole list again.
-            if !resumed { try await refetch(client) }
+            if !resumed { try await refetch(client, tokenGiven: tokenGiven) }
         case .reset(let seq):
             output(json ? #"{"event":"reset","seq":\#(seq)}"# : "-- missed changes up to seq \(seq); refetching")
-            try await refetch(client)
+            try await refetch(client, tokenGiven: tokenGiven)
         case .disconnected:
             output(json ? #"{"event":"disconnected"}"# : "-- disconnected; reconnecting")
         case .unreachable(let reason):

@@ -41,6 +41,14 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: "Seconds to wait for an answer, reconnects included (more than 0).")
     var timeout: Double = 10
 
+    @Option(
+        help: """
+            The daemon's limits.max_frame_bytes, when it is not the default: a longer request is \
+            refused before it is sent.
+            """
+    )
+    var maxFrameBytes: Int = 65_536
+
     func validate() throws {
         guard timeout > 0, timeout.isFinite else {
             throw ValidationError("--timeout must be a number of seconds above 0.")
@@ -51,6 +59,7 @@ struct ConnectionOptions: ParsableArguments {
             }
         }
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together.") }
+        guard maxFrameBytes > 0 else { throw ValidationError("--max-frame-bytes must be a number of bytes above 0.") }
     }
 
     func makeClient() throws -> TodostreamClient {
@@ -60,7 +69,8 @@ struct ConnectionOptions: ParsableArguments {
                 token: token,
                 tls: .init(caFile: caFile, certificateFile: cert, keyFile: key),
                 backoff: Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
-                requestTimeout: .milliseconds(Int64(max(timeout, 0.001) * 1000))
+                requestTimeout: .milliseconds(Int64(max(timeout, 0.001) * 1000)),
+                maxRequestBytes: maxFrameBytes
             )
             return try TodostreamClient(configuration)
         } catch {
@@ -71,6 +81,7 @@ struct ConnectionOptions: ParsableArguments {
     /// Runs `body` with a connected client, then closes it.
     func withClient<T: Sendable>(_ body: @escaping @Sendable (TodostreamClient) async throws -> T) async throws -> T {
         let client = try makeClient()
+        let tokenGiven = token != nil
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 await client.run()
@@ -83,7 +94,7 @@ struct ConnectionOptions: ParsableArguments {
                     return value
                 } catch {
                     await client.close()
-                    throw CLIFailure(error)
+                    throw CLIFailure(error, tokenGiven: tokenGiven)
                 }
             }
             var answer: T?
@@ -100,6 +111,29 @@ struct ConnectionOptions: ParsableArguments {
 struct CLIFailure: Error, CustomStringConvertible {
     let description: String
     let exitCode: Int32
+
+    init(_ description: String, exitCode: Int32) {
+        self.description = description
+        self.exitCode = exitCode
+    }
+
+    /// `error` as the CLI reports it, said in terms of its options: whether `--token` was given
+    /// tells a daemon that wants a token from one that refused it.
+    init(_ error: any Error, tokenGiven: Bool) {
+        if let error = error as? ClientError {
+            let unauthorized = error.code == .unauthorized || error.serverCode == "unauthorized"
+            if unauthorized, !tokenGiven {
+                self.init("The daemon requires a token: give it with --token.", exitCode: 4)
+                return
+            }
+            if error.code == .requestTooLarge {
+                let hint = " If the daemon allows more, give its limit with --max-frame-bytes."
+                self.init(error.message + hint, exitCode: 4)
+                return
+            }
+        }
+        self.init(error)
+    }
 
     init(_ error: any Error) {
         if let failure = error as? CLIFailure {

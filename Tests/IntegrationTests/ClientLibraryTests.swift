@@ -253,17 +253,81 @@ import TodostreamClient
         }
     }
 
-    @Test func aBadTokenFailsWhatWaitsAndStopsTheClient() async throws {
-        try await withDaemon(tokens) { daemon in
-            var configuration = try testConfiguration("tcp://127.0.0.1:\(daemon.tcpPort)")
-            configuration.token = "wrong"
+    /// A bad token is refused alike on every transport: on WebSocket the upgrade's token is
+    /// not taken without a word (protocol §3), and the client's `auth` is answered. A daemon
+    /// without view tokens (`withTokens` false) takes no token but a monitor's, so there too.
+    @Test(arguments: TestTransport.allCases, [true, false])
+    func aBadTokenFailsWhatWaitsAndStopsTheClient(_ transport: TestTransport, withTokens: Bool) async throws {
+        try await withDaemon(withTokens ? tokens : DaemonSetup()) { daemon in
+            var configuration = try testConfiguration(transport.url(port: transport.port(of: daemon)))
+            configuration.token = "whatever1"
+            configuration.requestTimeout = .seconds(10)
             try await withTestClient(configuration) { client, _ in
-                do {
-                    _ = try await client.list()
-                    Issue.record("a bad token was accepted")
-                } catch let error as ClientError {
-                    #expect(error.code == .unauthorized)
-                }
+                let error = await #expect(throws: ClientError.self) { _ = try await client.list() }
+                #expect(error?.code == .unauthorized)
+                #expect(error?.message == "The token is not valid.")
+                #expect(await client.stoppedBecause?.message == "The token is not valid.")
+            }
+        }
+    }
+
+    /// The daemon comes back with other tokens: the client's token is refused on the next
+    /// connection and the client stops, instead of reconnecting for ever.
+    @Test(arguments: TestTransport.allCases)
+    func aTokenRefusedAfterARestartStopsTheClient(_ transport: TestTransport) async throws {
+        let fastDrain: (inout DaemonOptions) -> Void = { $0.relay.drainReconnectAfterMs = 20 }
+        let before = DaemonSetup.custom {
+            fastDrain(&$0)
+            $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)]
+        }
+        let after = DaemonSetup.custom {
+            fastDrain(&$0)
+            $0.tokens = [TokenEntry(sha256: TokenEntry.digest("another-secret"), role: .view)]
+        }
+        let proxy = try await CutProxy.start(to: 1)
+        defer { Task { await proxy.stop() } }
+        var configuration = try testConfiguration(transport.url(port: proxy.port))
+        configuration.token = "view-secret"
+        configuration.requestTimeout = .seconds(10)
+        try await withTestClient(configuration) { client, log in
+            try await withDaemon(before) { daemon in
+                proxy.retarget(to: transport.port(of: daemon))
+                _ = try await client.create(title: "before the restart")
+            }
+            try await log.wait(for: "the disconnect") { events, _ in events.contains(.disconnected) }
+            try await withDaemon(after) { daemon in
+                proxy.retarget(to: transport.port(of: daemon))
+                let error = await #expect(throws: ClientError.self) { _ = try await client.list() }
+                #expect(error?.code == .unauthorized)
+                #expect(await client.stoppedBecause?.message == "The token is not valid.")
+            }
+        }
+    }
+}
+
+/// A request under the client's limit but over the daemon's `limits.max_frame_bytes` is
+/// answered `frame_too_large` without `re`: the client matches it by order to the request it
+/// answers, which fails at once; the requests around it are answered as usual.
+@Suite struct ClientFrameLimitTests {
+    @Test(arguments: TestTransport.allCases)
+    func aRequestOverTheDaemonsFrameLimitFailsWithItsRefusal(_ transport: TestTransport) async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1000 })) { daemon in
+            var configuration = try testConfiguration(transport.url(port: transport.port(of: daemon)))
+            configuration.requestTimeout = .seconds(10)
+            try await withTestClient(configuration) { client, _ in
+                // In flight together, so that the refusal has to be told from the answers around it.
+                let small = Task { try await client.create(title: "fits") }
+                let big = Task { try await client.create(title: String(repeating: "a", count: 900)) }
+                let after = Task { try await client.create(title: "fits too") }
+                let error = await #expect(throws: ClientError.self) { _ = try await big.value }
+                #expect(error?.code == .rejected)
+                #expect(error?.serverCode == "frame_too_large")
+                #expect(error?.message.contains("Nothing was applied.") == true)
+                let (first, last) = (try await small.value, try await after.value)
+                #expect(first.todo.title == "fits")
+                #expect(last.todo.title == "fits too")
+                let stored = try await client.list()
+                #expect(Set(stored.map(\.title)) == ["fits", "fits too"])
             }
         }
     }

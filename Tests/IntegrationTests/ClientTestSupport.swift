@@ -123,3 +123,18 @@ func daemonList(_ daemon: Daemon) async throws -> [TodoViewModel] {
     }
     return rows
 }
+
+/// What `body` returns, or nil when it has not returned within `limit` (it is then cancelled):
+/// a bound for a test of something that used to go on for ever.
+func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        let first = try await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}

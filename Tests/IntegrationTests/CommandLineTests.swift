@@ -91,4 +91,40 @@ import TodostreamClient
             #expect(await exitCode(["watch", "--url", url]) == 4)
         }
     }
+
+    /// A monitor token cannot ask for the list: `watch` stops and says so (exit 4), as `list`
+    /// does, instead of printing nothing for ever.
+    @Test(arguments: TestTransport.allCases)
+    func watchWithAMonitorTokenStopsAsListDoes(_ transport: TestTransport) async throws {
+        let setup = DaemonSetup.custom {
+            $0.tokens = [TokenEntry(sha256: TokenEntry.digest("monitor-secret-1"), role: .monitor)]
+        }
+        try await withDaemon(setup) { daemon in
+            let url = transport.url(port: transport.port(of: daemon))
+            #expect(await exitCode(["list", "--token", "monitor-secret-1", "--url", url]) == 4)
+            let watched = try await within(.seconds(20)) {
+                await exitCode(["watch", "--token", "monitor-secret-1", "--url", url])
+            }
+            #expect(watched == 4)
+        }
+    }
+
+    /// A request under the client's frame limit but over the daemon's is refused by the daemon
+    /// at once (exit 4), not waited for until --timeout (exit 3). Nothing was applied.
+    @Test(arguments: TestTransport.allCases)
+    func aRequestOverTheDaemonsFrameLimitIsRefusedAtOnce(_ transport: TestTransport) async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1000 })) { daemon in
+            let url = transport.url(port: transport.port(of: daemon))
+            let title = String(repeating: "a", count: 900)
+            #expect(await exitCode(["add", title, "--timeout", "10", "--url", url]) == 4)
+            let stored = try await daemonList(daemon)
+            #expect(stored.isEmpty)
+            // Given the daemon's limit, the client refuses it before sending it.
+            #expect(await exitCode(["add", title, "--max-frame-bytes", "1000", "--url", url]) == 4)
+            #expect(await exitCode(["add", "short", "--max-frame-bytes", "0", "--url", url]) == 64)
+            #expect(await exitCode(["add", "short", "--max-frame-bytes", "1000", "--url", url]) == 0)
+            let after = try await daemonList(daemon)
+            #expect(after.map(\.title) == ["short"])
+        }
+    }
 }

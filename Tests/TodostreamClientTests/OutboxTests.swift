@@ -7,7 +7,7 @@ import Testing
         var outbox = Outbox(capacity: 3)
         check(outbox.enqueue(id: "c1", mid: "m:1", frame: [1], connectionReady: false), .queued)
         check(outbox.enqueue(id: "c2", mid: "m:2", frame: [2], connectionReady: false), .queued)
-        check(outbox.connectionReady(), [[1], [2]])
+        check(outbox.connectionReady().map(\.frame), [[1], [2]])
         check(outbox.enqueue(id: "c3", mid: nil, frame: [3], connectionReady: true), .send([3]))
         #expect(outbox.count == 3)
     }
@@ -30,7 +30,7 @@ import Testing
         outbox.remove(id: "c1")
         outbox.connectionLost()
         #expect(outbox.entries.allSatisfy { !$0.sent })
-        check(outbox.connectionReady(), [[2]])
+        check(outbox.connectionReady().map(\.frame), [[2]])
         #expect(outbox.entries.map(\.mid) == ["m:2"])
         check(outbox.remove(id: "c2")?.mid, "m:2")
         check(outbox.remove(id: "c2"), nil)
@@ -46,6 +46,36 @@ import Testing
         outbox.connectionLost()
         #expect(outbox.remove(id: "c1")?.everSent == false)
         #expect(outbox.remove(id: "c2")?.everSent == true)
+    }
+}
+
+/// Answers come in the order the frames were sent: the one without `re` belongs to the oldest
+/// frame not yet answered.
+@Suite struct AnswerOrderTests {
+    @Test func anAnswerWithoutIDBelongsToTheOldestFrameNotAnswered() {
+        var order = AnswerOrder(capacity: 8)
+        for id in ["auth", "c1", "c2", "c3"] { order.sent(id) }
+        order.answered("auth")
+        // c2's answer says c1 was answered before it, whatever that answer was.
+        order.answered("c2")
+        check(order.answeredWithoutID(), "c3")
+        check(order.answeredWithoutID(), nil)
+        order.sent("c4")
+        order.connectionLost()
+        check(order.answeredWithoutID(), nil)
+        order.answered("c9")
+        check(order.ids, [])
+    }
+
+    @Test func pastItsCapacityAnAnswerWithoutIDIsMatchedOnlyOnceTheOrderIsKnownAgain() {
+        var order = AnswerOrder(capacity: 2)
+        for id in ["c1", "c2", "c3"] { order.sent(id) }
+        // c1 is forgotten: c2 may not be the next frame answered.
+        check(order.answeredWithoutID(), nil)
+        order.answered("c1")
+        check(order.answeredWithoutID(), nil)
+        order.answered("c2")
+        check(order.answeredWithoutID(), "c3")
     }
 }
 

@@ -94,3 +94,71 @@ def test_toggles_through_the_cli_are_applied_once_across_a_sigkill_of_the_daemon
         # Version 1 is the creation; each toggle adds exactly one, none lost, none doubled.
         assert stored[todo_id]["todo"]["version"] == 1 + per, stored[todo_id]
         assert stored[todo_id]["complete"] is (per % 2 == 1)
+
+
+def _url(daemon, transport: str) -> str:
+    return f"tcp://127.0.0.1:{daemon.tcp_port}" if transport == "tcp" else daemon.ws_url
+
+
+def _read_line(proc: subprocess.Popen, within: float) -> str:
+    """The next line `proc` prints, or "" when none comes within `within` seconds."""
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout=within):
+            return ""
+    return proc.stdout.readline()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_a_wrong_token_is_reported_alike_on_every_transport(daemon_factory, transport):
+    """The token is checked with `auth` on every transport: a wrong one is "not valid" (exit 4),
+    also where the daemon has no view tokens (only a monitor token would be taken there)."""
+    with_tokens = daemon_factory("--token", "view:cli-view-token-1")
+    without_tokens = daemon_factory()
+    for daemon in (with_tokens, without_tokens):
+        for command in ("list", "watch"):
+            result = run_cli(command, "--token", "wrongtoken", "--url", _url(daemon, transport), timeout=30)
+            assert result.returncode == 4, (daemon.args, command, result)
+            assert result.stderr.strip() == "todostream: The token is not valid.", (daemon.args, command, result)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_watch_stops_when_the_restarted_daemon_refuses_its_token(daemon_factory, transport):
+    daemon = daemon_factory("--token", "view:cli-view-token-1")
+    watch = subprocess.Popen(
+        [cli_binary(), "watch", "--token", "cli-view-token-1", "--url", _url(daemon, transport)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _read_line(watch, 30).strip() == "-- connected"
+        assert _read_line(watch, 30).strip() == "-- 0 todos"
+        daemon.args = ["--token", "view:cli-view-token-2"]
+        daemon.restart()
+        _, stderr = watch.communicate(timeout=30)
+        assert watch.returncode == 4, stderr
+        assert stderr.strip() == "todostream: The token is not valid.", stderr
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.communicate()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+@pytest.mark.daemon_args("--storage", "memory", "--max-frame-bytes", "1000")
+def test_a_request_over_the_daemons_frame_limit_is_refused_at_once(daemon, transport):
+    url = _url(daemon, transport)
+    started = time.monotonic()
+    result = run_cli("add", "a" * 900, "--url", url, "--timeout", "20")
+    assert result.returncode == 4, result
+    assert time.monotonic() - started < 15, "the refusal was waited for"
+    assert "over the daemon's frame limit" in result.stderr and "Nothing was applied." in result.stderr, result
+    with LineClient(daemon.tcp_port, name="check") as c:
+        assert list_todos(c) == []
+    # Over the limit the client assumes (65536 unless --max-frame-bytes says otherwise): not sent.
+    result = run_cli("add", "a" * 900, "--url", url, "--max-frame-bytes", "1000")
+    assert result.returncode == 4 and "nothing was sent" in result.stderr and "--max-frame-bytes" in result.stderr, result
+    assert "daemon's frame limit" not in result.stderr, result
