@@ -1,6 +1,7 @@
 import NIOCore
 
-/// Replaces the values of chosen fields inside a frame's `payload` with `"[redacted]"`, for
+/// Replaces the values of chosen fields inside a frame's `payload` (and its `error`, whose
+/// `current` is the stored todo a conflict reports) with `"[redacted]"`, for
 /// what monitor sessions (taps, loggers, analytics) receive.
 ///
 /// It rewrites the frame's bytes in one pass and keeps everything else as it was — field
@@ -39,7 +40,11 @@ struct PayloadRedactor: Sendable {
             output.reserveCapacity(input.count)
         }
 
-        /// The top-level object: only the value of `payload` is redacted.
+        /// The members of a frame whose values are redacted: its `payload`, and its `error`,
+        /// whose `current` (a conflict's stored todo) holds the same fields.
+        static let redactedMembers: Set<[UInt8]> = [Array("payload".utf8), Array("error".utf8)]
+
+        /// The top-level object: only the values of `payload` and `error` are redacted.
         mutating func frame() -> [UInt8]? {
             whitespace()
             guard object(topLevel: true, active: false) else { return nil }
@@ -111,7 +116,7 @@ struct PayloadRedactor: Sendable {
                     output.append(contentsOf: PayloadRedactor.replacement)
                     redacted = true
                 } else {
-                    let inPayload = topLevel ? Array(key) == Array("payload".utf8) : active
+                    let inPayload = topLevel ? Self.redactedMembers.contains(Array(key)) : active
                     guard value(active: inPayload) else { return false }
                 }
                 guard let closed = separator(UInt8(ascii: "}")) else { return false }

@@ -279,6 +279,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             idleTimer = loop.scheduleTask(deadline: deadline) {
                 let session = bound.value
                 guard case .close = session.authentication.idleTimeoutElapsed(now: session.loop.now) else { return }
+                // Every error answered is counted (`errors_total`), the ones that close too.
+                session.services.hub.metrics.error(.unauthorized)
                 session.closeAfter(
                     OutboundFrame.error(
                         .unauthorized,
@@ -513,16 +515,17 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     // MARK: Publishing
 
     private func publish(type name: String, bytes: [UInt8], root: JSONObject?, re: CorrelationID?, mid: String?) {
+        // A monitor publishes nothing: any `type` from it, known or not, is `not_permitted`.
+        guard authentication.role == .view else {
+            sendError(.notPermitted, "A monitor session may not publish events.", re)
+            return
+        }
         guard let descriptor = catalog[name] else {
             sendError(
                 .unknownType,
                 name.isEmpty ? "The event type is empty." : "Unknown event type \(shown(name)).",
                 re
             )
-            return
-        }
-        guard authentication.role == .view else {
-            sendError(.notPermitted, "A monitor session may not publish events.", re)
             return
         }
         guard descriptor.isPublishableByView else {
@@ -698,6 +701,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)
         case .refuseAndClose:
             logger.info("authentication refused; closing after too many bad tokens")
+            services.hub.metrics.error(.unauthorized)
             closeAfter(
                 OutboundFrame.error(
                     .unauthorized,
@@ -1155,6 +1159,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let dropped = outbound.dropAll()
         logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         services.hub.metrics.slowConsumer()
+        services.hub.metrics.error(.slowConsumer)
         let frame = OutboundFrame.error(
             .slowConsumer,
             "You are not reading fast enough; closing. Reconnect and resume to catch up.",

@@ -20,6 +20,20 @@ import Testing
         )
     }
 
+    /// A conflict's error carries the stored todo (`current`): its fields are redacted as in
+    /// a payload (they reached monitors and taps in clear); the error's code is not a field of
+    /// the todo and stays.
+    @Test func aConflictsStoredTodoIsRedactedToo() {
+        let frame =
+            #"{"type":"ResponseTodoViewModel","re":"y","payload":{"todo":{"id":"a","version":1}},"#
+            + #""error":{"code":"conflict","message":"changed","current":{"id":"a","title":"Secret","subtitle":"s","version":2}}}"#
+        #expect(
+            redact(frame, ["title", "subtitle"])
+                == #"{"type":"ResponseTodoViewModel","re":"y","payload":{"todo":{"id":"a","version":1}},"#
+                + #""error":{"code":"conflict","message":"changed","current":{"id":"a","title":"[redacted]","subtitle":"[redacted]","version":2}}}"#
+        )
+    }
+
     @Test func theEnvelopeIsNeverRedactedAndOddInputPassesThrough() {
         let frame = #"{"type":"RequestTodoViewModels","id":"title","session":"s1"}"#
         #expect(redact(frame, ["type", "id", "session", "title"]) == frame)

@@ -543,6 +543,9 @@ import Testing
                 let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
                 return body.contains("\ntodostream_slow_consumer_disconnects_total 1")
             }
+            // The notice is an error answered like any other: counted by its code.
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(metrics.contains("\ntodostream_errors_total{code=\"slow_consumer\"} 1\n"), "\(metrics)")
             // It reads again, slowly, and goes on sending requests meanwhile: there is unread
             // input at the daemon's end when its last frames are written.
             try await slow.readSlowly()

@@ -301,6 +301,9 @@ import Testing
 
             try await tap.send(["type": "RequestTodoViewModels", "id": "p"])
             #expect(errorCode(try await tap.json()) == "not_permitted")
+            // Any type, one the daemon does not know too: a monitor publishes nothing.
+            try await tap.send(["type": "Bogus", "id": "q"])
+            #expect(errorCode(try await tap.json()) == "not_permitted")
         }
     }
 
@@ -383,6 +386,9 @@ import Testing
                 #expect(refusal["re"] as? Int == attempt)
             }
             _ = try await malformed.waitForClose()
+            // Every error answered is counted, the third bad token's too, that closes: 2 + 3 + 8.
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(metrics.contains("\ntodostream_errors_total{code=\"unauthorized\"} 13\n"), "\(metrics)")
         }
     }
 
