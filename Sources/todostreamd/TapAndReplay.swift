@@ -1,6 +1,7 @@
 import ArgumentParser
 import EventStream
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Relay
@@ -171,12 +172,16 @@ struct Replay: AsyncParsableCommand {
         abstract:
             "Publish the view requests of a recorded NDJSON file in order, waiting for each answer, and report what differed.",
         discussion: """
-            The file may be a tap recording or a saved nc session. Lines that are not JSON, and \
-            requests a view may not publish, are reported with their line numbers and skipped; \
-            answers, broadcasts and the model layer's copies are read as recorded answers. A \
-            recorded answer (a later line whose re equals the request's id; in a tap recording, \
-            the next answer of the request's session) is compared with the new one, ignoring \
-            times, seqs and sessions. Exit status 2 when any answer differed or was refused.
+            The file may be a tap recording or a saved nc session, with LF or CRLF line ends. \
+            Lines that are not JSON (or not UTF-8), and requests a view may not publish, are \
+            reported with their line numbers and skipped; answers, broadcasts and the model \
+            layer's copies are read as recorded answers. A recorded answer (the next later line \
+            whose re equals the request's id; in a tap recording, the next answer of the \
+            request's session) is compared with the new one, ignoring times, seqs and sessions. \
+            An error without re (frame_too_large) answers the request waiting. A request with \
+            no answer within --timeout seconds is reported as refused and replay stops; when the \
+            daemon closes the connection, every request not answered is reported as refused. \
+            Exit status 2 when any answer differed or was refused.
             """
     )
 
@@ -189,27 +194,31 @@ struct Replay: AsyncParsableCommand {
     @Option(help: "A view token, when the daemon requires one.")
     var token: String?
 
+    @Option(help: "Seconds to wait for each answer before replay gives up.")
+    var timeout: Double = 10
+
     static let viewRequests: Set<String> = [
         "RequestTodoViewModels", "RequestToggleCompleteTodoViewModel", "RequestDeleteTodoViewModel",
         "RequestNewTodoDetailViewModel", "RequestTodoDetailViewModel", "RequestUpdateDetailViewModel",
     ]
 
-    func run() async throws {
-        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { fail("cannot read \(file)") }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        // Recorded answers by the id they answer (a saved session), and by the line of the
-        // request they answer (a tap recording, whose copies carry no ids).
-        var recorded: [String: [String: Any]] = [:]
-        for line in lines {
-            guard let frame = jsonObject(line), let re = frame["re"].map({ "\($0)" }), frame["type"] != nil else {
-                continue
-            }
-            if recorded[re] == nil || frame["seq"] == nil { recorded[re] = frame }
+    func validate() throws {
+        guard timeout > 0, timeout <= 86_400 else {
+            throw ValidationError("--timeout must be more than 0 and at most 86400 seconds")
         }
-        let tapped = Self.tappedAnswers(lines)
+    }
+
+    func run() async throws {
+        guard let data = FileManager.default.contents(atPath: file) else { fail("cannot read \(file)") }
+        let lines = Self.lines(of: data)
+        let frames = lines.map { $0.flatMap(jsonObject) }
+        // Recorded answers by the line of the request they answer: in a saved session by id,
+        // in a tap recording (whose copies carry no ids) by session.
+        let recorded = Self.sessionAnswers(frames).merging(Self.tappedAnswers(frames)) { byID, _ in byID }
         let client = try await LineClient.connect(connect)
         let channel = client.channel.channel
         let address = connect
+        let wait = TimeAmount.nanoseconds(Int64(timeout * 1e9))
         var published = 0
         var skipped = 0
         var differences = 0
@@ -222,10 +231,16 @@ struct Replay: AsyncParsableCommand {
             } else if hello["auth"] as? String == "required" {
                 fail("replay: the daemon requires a token: give a view token with --token")
             }
+            var connection = Exchange(channel: channel, wait: wait, timeout: timeout)
             for (index, line) in lines.enumerated() {
                 let number = index + 1
+                guard let line else {
+                    report("line \(number): not valid UTF-8; skipped")
+                    skipped += 1
+                    continue
+                }
                 if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
-                guard var frame = jsonObject(line) else {
+                guard var frame = frames[index] else {
                     report("line \(number): not a JSON object; skipped")
                     skipped += 1
                     continue
@@ -238,38 +253,31 @@ struct Replay: AsyncParsableCommand {
                     }
                     continue
                 }
-                let originalID = frame["id"].map { "\($0)" }
+                if let reason = connection.stopped {
+                    report("line \(number): \(type) refused: not sent: \(reason)")
+                    differences += 1
+                    continue
+                }
                 let id = "replay-\(number)"
                 frame["id"] = id
                 frame["session"] = nil
                 frame["seq"] = nil
                 frame["re"] = nil
-                try await outbound.write(ByteBuffer(string: jsonLine(frame) + "\n"))
                 published += 1
-                var answer: [String: Any]?
-                while let reply = try await replies.next() {
-                    guard let object = jsonObject(reply), object["re"] as? String == id else { continue }
-                    if object["op"] as? String == "error" {
-                        report(
-                            "line \(number): \(type) refused: \((object["error"] as? [String: Any])?["message"] ?? "")"
-                        )
-                        differences += 1
-                        break
-                    }
-                    // An update answers twice (the saved detail, then the broadcast): keep the reply.
-                    if answer == nil { answer = object }
-                    if type != "RequestUpdateDetailViewModel" || object["seq"] != nil || object["error"] != nil {
-                        break
-                    }
+                let answer: [String: Any]
+                switch await connection.send(frame, id: id, type: type, &replies, outbound) {
+                case .answered(let object): answer = object
+                case .refused(let reason):
+                    report("line \(number): \(type) refused: \(reason)")
+                    differences += 1
+                    continue
                 }
                 // A fresh todo is new by nature (its id is made up each time): nothing to compare.
-                if type != "RequestNewTodoDetailViewModel",
-                    let before = originalID.flatMap({ recorded[$0] }) ?? tapped[index],
-                    let after = answer,
-                    jsonLine(Self.normalized(before)) != jsonLine(Self.normalized(after))
+                if type != "RequestNewTodoDetailViewModel", let before = recorded[index],
+                    jsonLine(Self.normalized(before)) != jsonLine(Self.normalized(answer))
                 {
                     report(
-                        "line \(number): \(type) answered differently\n  recorded: \(jsonLine(Self.normalized(before)))\n  now:      \(jsonLine(Self.normalized(after)))"
+                        "line \(number): \(type) answered differently\n  recorded: \(jsonLine(Self.normalized(before)))\n  now:      \(jsonLine(Self.normalized(answer)))"
                     )
                     differences += 1
                 }
@@ -283,6 +291,120 @@ struct Replay: AsyncParsableCommand {
         if differences > 0 { throw ExitCode(2) }
     }
 
+    /// The file's lines, split on the byte `\n` with a `\r` before it dropped (Swift would read
+    /// `\r\n` as one character); nil for a line that is not UTF-8.
+    static func lines(of data: Data) -> [String?] {
+        data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { line in
+            let bytes = line.last == UInt8(ascii: "\r") ? line.dropLast() : line
+            return String(validating: bytes, as: UTF8.self)
+        }
+    }
+
+    /// How one request fared.
+    enum Outcome {
+        /// The daemon's answer (a save's reply, the first of its two answers).
+        case answered([String: Any])
+        /// Why it has no answer to compare: the daemon's error, or no answer at all.
+        case refused(String)
+    }
+
+    /// Replay's side of the connection: sends one request at a time and reads its answer, and
+    /// remembers why it stopped (the daemon closed the connection, or did not answer in time).
+    struct Exchange {
+        let channel: any Channel
+        let wait: TimeAmount
+        let timeout: Double
+        var draining = false
+        /// Set once no more answers can come: why.
+        var stopped: String?
+
+        mutating func send(
+            _ frame: [String: Any],
+            id: String,
+            type: String,
+            _ replies: inout Lines.AsyncIterator,
+            _ outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+        ) async -> Outcome {
+            let timedOut = NIOLockedValueBox(false)
+            // No answer in time: the connection is closed, which ends the read below.
+            let channel = self.channel
+            let giveUp = channel.eventLoop.scheduleTask(in: wait) {
+                timedOut.withLockedValue { $0 = true }
+                channel.close(promise: nil)
+            }
+            defer { giveUp.cancel() }
+            var answer: [String: Any]?
+            do {
+                try await outbound.write(ByteBuffer(string: jsonLine(frame) + "\n"))
+                while let reply = try await replies.next() {
+                    guard let object = jsonObject(reply) else { continue }
+                    if object["op"] as? String == "draining" {
+                        draining = true
+                        continue
+                    }
+                    // Answers come in order: an error without re (frame_too_large) is this one's.
+                    let isError = object["op"] as? String == "error"
+                    guard object["re"] as? String == id || (isError && object["re"] == nil) else { continue }
+                    if isError {
+                        return .refused("\((object["error"] as? [String: Any])?["message"] ?? "")")
+                    }
+                    // An update answers twice (the saved detail, then the broadcast): keep the reply.
+                    if answer == nil { answer = object }
+                    if type != "RequestUpdateDetailViewModel" || object["seq"] != nil || object["error"] != nil {
+                        return .answered(answer ?? object)
+                    }
+                }
+            } catch {
+                // The connection was reset, or closed before the write: as a close.
+            }
+            let reason =
+                timedOut.withLockedValue { $0 }
+                ? "no answer within \(timeout == timeout.rounded() ? "\(Int(timeout))" : "\(timeout)") s"
+                : draining ? "the daemon closed the connection (draining)" : "the daemon closed the connection"
+            stopped = reason
+            if let answer { return .answered(answer) }
+            return .refused(reason)
+        }
+    }
+
+    /// In a saved session, the recorded answer to each request, by the request's line: the next
+    /// later line whose `re` is the request's id. A session may give many requests one id: each
+    /// such line answers the oldest request of its id still waiting (a save's broadcast, its
+    /// second line with a `seq`, is still its own); an error without `re` (`frame_too_large`)
+    /// answers the oldest request still waiting, as a connection's answers come in order.
+    static func sessionAnswers(_ frames: [[String: Any]?]) -> [Int: [String: Any]] {
+        var answers: [Int: [String: Any]] = [:]
+        var waiting: [String: [(line: Int, type: String)]] = [:]
+        for (index, frame) in frames.enumerated() {
+            guard let frame else { continue }
+            if let type = frame["type"] as? String, viewRequests.contains(type), let id = frame["id"] {
+                waiting["\(id)", default: []].append((index, type))
+                continue
+            }
+            let re: String
+            if let given = frame["re"] {
+                re = "\(given)"
+            } else if frame["op"] as? String == "error",
+                let oldest = waiting.filter({ !$0.value.isEmpty }).min(by: { $0.value[0].line < $1.value[0].line })
+            {
+                re = oldest.key
+            } else {
+                continue
+            }
+            if let oldest = waiting[re]?.first, answers[oldest.line] != nil {
+                // A save answered already: this is its broadcast, or the save has none recorded.
+                waiting[re]?.removeFirst()
+                if frame["seq"] != nil { continue }
+            }
+            guard let oldest = waiting[re]?.first else { continue }
+            answers[oldest.line] = frame
+            let awaitsItsBroadcast =
+                oldest.type == "RequestUpdateDetailViewModel" && frame["type"] != nil && frame["error"] == nil
+            if !awaitsItsBroadcast { waiting[re]?.removeFirst() }
+        }
+        return answers
+    }
+
     static let viewResponses: Set<String> = [
         "ResponseTodoViewModels", "ResponseTodoViewModel", "ResponseTodoDetailViewModel",
         "ResponseUpdateDetailViewModel",
@@ -292,12 +414,12 @@ struct Replay: AsyncParsableCommand {
     /// copy of every request and reply with the `session` that caused it, and a session's
     /// replies come in the order of its requests. A save's second copy (its broadcast) is still
     /// its own.
-    static func tappedAnswers(_ lines: [String]) -> [Int: [String: Any]] {
+    static func tappedAnswers(_ frames: [[String: Any]?]) -> [Int: [String: Any]] {
         var answers: [Int: [String: Any]] = [:]
         // Per session, its requests not answered in full yet, oldest first.
         var waiting: [String: [(line: Int, type: String)]] = [:]
-        for (index, line) in lines.enumerated() {
-            guard let frame = jsonObject(line), frame["id"] == nil, frame["re"] == nil,
+        for (index, frame) in frames.enumerated() {
+            guard let frame, frame["id"] == nil, frame["re"] == nil,
                 let session = frame["session"] as? String, let type = frame["type"] as? String
             else { continue }
             if viewRequests.contains(type) {
@@ -320,10 +442,12 @@ struct Replay: AsyncParsableCommand {
 
     /// The parts of an answer that must match: no times, seqs, sessions or correlation ids.
     static func normalized(_ frame: [String: Any]) -> [String: Any] {
+        // `applied_seq`: the seq of the write a `mid` retry repeats.
+        let ignored: Set<String> = ["createdAt", "completedAt", "seq", "applied_seq", "re", "session"]
         func strip(_ value: Any) -> Any {
             if let object = value as? [String: Any] {
                 var result: [String: Any] = [:]
-                for (key, item) in object where !["createdAt", "completedAt", "seq", "re", "session"].contains(key) {
+                for (key, item) in object where !ignored.contains(key) {
                     result[key] = strip(item)
                 }
                 return result

@@ -7,6 +7,8 @@ import json
 import select
 import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -229,3 +231,186 @@ def test_tap_on_a_closed_port_says_so_in_one_line():
                             capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert result.stderr.strip() == f"todostreamd: cannot connect to 127.0.0.1:{port}: connection refused", result.stderr
+
+
+def _replay(path, port, *extra, timeout=60):
+    return subprocess.run([daemon_binary(), "replay", str(path), "--connect", f"127.0.0.1:{port}", *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _record(port, *, one_id=False, mid_retry=False):
+    """A saved nc session: a list, a new todo and its save (reply, then broadcast), a list
+    again; with `one_id`, every request has the id "1"; with `mid_retry`, a toggle with a `mid`
+    and its retry, answered as a duplicate with `applied_seq`."""
+    sock, reader, _ = line_client(port)
+    recording = []
+
+    def exchange(frame, answers=1):
+        frame["id"] = "1" if one_id else f"r{len(recording)}"
+        recording.append(json.dumps(frame))
+        send(sock, frame)
+        got = []
+        for _ in range(answers):
+            got.append(read_until(reader, lambda f: f.get("re") == frame["id"]))
+            recording.append(json.dumps(got[-1]))
+        return got[0]
+
+    exchange({"type": "RequestTodoViewModels"})
+    fresh = exchange({"type": "RequestNewTodoDetailViewModel"})["payload"]
+    fresh["title"] = "recorded"
+    saved = exchange({"type": "RequestUpdateDetailViewModel", "payload": fresh}, answers=2)
+    exchange({"type": "RequestTodoViewModels"})
+    if mid_retry:
+        toggle = {"type": "RequestToggleCompleteTodoViewModel", "mid": "replay-m1",
+                  "payload": {"todo": {"id": saved["payload"]["todo"]["id"]}}}
+        exchange(toggle)
+        assert "applied_seq" in exchange(toggle)
+    return recording
+
+
+def _replays_without_difference(recording, path, daemon_factory):
+    """Writes `recording` (lines) to `path` and replays it into a fresh daemon: 4 requests, no
+    difference."""
+    path.write_text("\n".join(recording) + "\n")
+    result = _replay(path, daemon_factory("--storage", "memory").tcp_port)
+    assert result.returncode == 0, result.stderr
+    assert "replayed 4 requests" in result.stderr and "0 differences" in result.stderr, result.stderr
+
+
+def test_replay_compares_each_request_with_the_next_answer_to_its_id(daemon_factory, tmp_path):
+    """A session that reuses one id: each request is compared with the next later line whose
+    re is that id, not the last (the first list, empty, with the second, which is not)."""
+    recording = _record(daemon_factory("--storage", "memory").tcp_port, one_id=True)
+    _replays_without_difference(recording, tmp_path / "one-id.ndjson", daemon_factory)
+
+
+def test_replay_ignores_applied_seq_like_the_other_seqs(daemon_factory, tmp_path):
+    """A mid retry's answer carries the seq its write was applied with: the recording's daemon
+    had written before, the fresh one has not, so the seqs differ and are not a difference."""
+    original = daemon_factory("--storage", "memory")
+    warm, warm_reader, _ = line_client(original.tcp_port)
+    for index in range(3):
+        create_todo(warm, warm_reader, f"before {index}", f"b{index}")
+    recording = _record(original.tcp_port, mid_retry=True)
+    # Only the recorded todo is compared: the lists (which hold the others) are left out.
+    recording = [line for line in recording if "ViewModels" not in line]
+    _replays_without_difference(recording, tmp_path / "retry.ndjson", daemon_factory)
+
+
+def test_replay_reads_a_crlf_file(daemon_factory, tmp_path):
+    recording = _record(daemon_factory("--storage", "memory").tcp_port)
+    crlf = tmp_path / "crlf.ndjson"
+    crlf.write_bytes(("\r\n".join(recording) + "\r\n").encode())
+    result = _replay(crlf, daemon_factory("--storage", "memory").tcp_port)
+    assert result.returncode == 0, result.stderr
+    assert "replayed 4 requests" in result.stderr and "0 lines skipped" in result.stderr, result.stderr
+
+
+def test_replay_skips_a_line_not_utf8_with_its_number(daemon_factory, tmp_path):
+    lines = [line.encode() for line in _record(daemon_factory("--storage", "memory").tcp_port)]
+    lines.insert(1, b"caf\xe9 is not UTF-8")
+    latin1 = tmp_path / "latin1.ndjson"
+    latin1.write_bytes(b"\n".join(lines) + b"\n")
+    result = _replay(latin1, daemon_factory("--storage", "memory").tcp_port)
+    assert "line 2: not valid UTF-8; skipped" in result.stderr, result.stderr
+    assert "replayed 4 requests" in result.stderr and "1 line skipped" in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_replay_reports_a_request_over_the_frame_limit_as_refused_and_goes_on(daemon, tmp_path):
+    """The daemon answers an oversized line with frame_too_large, without re: that answers the
+    request waiting, and the next one is replayed."""
+    path = tmp_path / "big.ndjson"
+    path.write_text(json.dumps({"type": "RequestTodoViewModels", "id": "big", "payload": {"pad": "x" * 70_000}})
+                    + "\n" + json.dumps({"type": "RequestTodoViewModels", "id": "small"}) + "\n")
+    result = _replay(path, daemon.tcp_port)
+    assert result.returncode == 2, result.stderr
+    assert "line 1: RequestTodoViewModels refused" in result.stderr, result.stderr
+    assert "line 2" not in result.stderr, result.stderr
+    assert "replayed 2 requests" in result.stderr and "1 difference" in result.stderr, result.stderr
+
+
+def _fake_daemon(after_first_request):
+    """A server that greets like todostreamd, reads the first request and then does
+    `after_first_request(connection)`; returns its port and a function that stops it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    done = threading.Event()
+
+    def serve():
+        connection, _ = server.accept()
+        with connection:
+            connection.sendall(b'{"op":"hello","session":"fake"}\n')
+            connection.makefile("rb").readline()
+            after_first_request(connection)
+            done.wait(60)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop():
+        done.set()
+        server.close()
+
+    return server.getsockname()[1], stop
+
+
+def _two_requests(tmp_path):
+    path = tmp_path / "two.ndjson"
+    path.write_text(json.dumps({"type": "RequestTodoViewModels", "id": "a"}) + "\n"
+                    + json.dumps({"type": "RequestTodoViewModels", "id": "b"}) + "\n")
+    return path
+
+
+def test_replay_gives_up_on_an_answer_that_does_not_come(tmp_path):
+    port, stop = _fake_daemon(lambda connection: None)
+    try:
+        started = time.monotonic()
+        result = _replay(_two_requests(tmp_path), port, "--timeout", "1", timeout=30)
+        assert time.monotonic() - started < 20
+    finally:
+        stop()
+    assert result.returncode == 2, result.stderr
+    assert "line 1: RequestTodoViewModels refused: no answer within 1 s" in result.stderr, result.stderr
+    assert "line 2: RequestTodoViewModels refused: not sent" in result.stderr, result.stderr
+    assert "replayed 1 request from" in result.stderr and "2 differences" in result.stderr, result.stderr
+
+
+def _reset(connection):
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    connection.close()
+
+
+def _drain_and_close(connection):
+    connection.sendall(b'{"op":"draining","reconnect_after_ms":1000}\n')
+    connection.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.parametrize("going", [lambda c: c.shutdown(socket.SHUT_RDWR), _reset, _drain_and_close],
+                         ids=["closed", "reset", "draining"])
+def test_replay_counts_the_requests_a_closed_connection_left_unanswered(tmp_path, going):
+    port, stop = _fake_daemon(going)
+    try:
+        result = _replay(_two_requests(tmp_path), port, timeout=30)
+    finally:
+        stop()
+    assert result.returncode == 2, result.stderr
+    assert "line 1: RequestTodoViewModels refused: the daemon closed the connection" in result.stderr, result.stderr
+    assert "line 2: RequestTodoViewModels refused: not sent" in result.stderr, result.stderr
+    assert "2 differences" in result.stderr, result.stderr
+    if going is _drain_and_close:
+        assert "(draining)" in result.stderr, result.stderr
+
+
+def test_replay_into_a_daemon_stopped_midway_ends_with_its_summary(daemon, tmp_path):
+    path = tmp_path / "many.ndjson"
+    path.write_text("".join(json.dumps({"type": "RequestTodoViewModels", "id": f"l{index}"}) + "\n"
+                            for index in range(50_000)))
+    replay = subprocess.Popen([daemon_binary(), "replay", str(path), "--connect", f"127.0.0.1:{daemon.tcp_port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    daemon.stop()  # SIGTERM: draining, then the connection closed
+    _, stderr = replay.communicate(timeout=60)
+    assert replay.returncode == 2, stderr[-2000:]
+    assert "refused: not sent: the daemon closed the connection" in stderr, stderr[-2000:]
+    assert "replayed " in stderr.splitlines()[-1] and "differences" in stderr.splitlines()[-1], stderr[-2000:]
