@@ -279,14 +279,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             idleTimer = loop.scheduleTask(deadline: deadline) {
                 let session = bound.value
                 guard case .close = session.authentication.idleTimeoutElapsed(now: session.loop.now) else { return }
-                // Every error answered is counted (`errors_total`), the ones that close too.
-                session.services.hub.metrics.error(.unauthorized)
                 session.closeAfter(
-                    OutboundFrame.error(
-                        .unauthorized,
-                        "No valid token within \(seconds) seconds; closing.",
-                        correlation: nil
-                    )
+                    session.errorFrame(.unauthorized, "No valid token within \(seconds) seconds; closing.", nil)
                 )
             }
         }
@@ -701,14 +695,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)
         case .refuseAndClose:
             logger.info("authentication refused; closing after too many bad tokens")
-            services.hub.metrics.error(.unauthorized)
-            closeAfter(
-                OutboundFrame.error(
-                    .unauthorized,
-                    "The token is not valid. Too many bad tokens; closing.",
-                    correlation: re
-                )
-            )
+            closeAfter(errorFrame(.unauthorized, "The token is not valid. Too many bad tokens; closing.", re))
         }
     }
 
@@ -961,8 +948,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func sendError(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) {
+        write(errorFrame(code, message, re))
+    }
+
+    /// An error frame to send, counted by its code (`errors_total`: every error answered, the
+    /// ones a close follows too).
+    private func errorFrame(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) -> ByteBuffer {
         services.hub.metrics.error(code)
-        write(OutboundFrame.error(code, message, correlation: re))
+        return OutboundFrame.error(code, message, correlation: re)
     }
 
     /// Hands `buffer` to the channel, or queues it (see `OutboundQueue`). With `flushing`, a
@@ -1159,11 +1152,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let dropped = outbound.dropAll()
         logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         services.hub.metrics.slowConsumer()
-        services.hub.metrics.error(.slowConsumer)
-        let frame = OutboundFrame.error(
+        let frame = errorFrame(
             .slowConsumer,
             "You are not reading fast enough; closing. Reconnect and resume to catch up.",
-            correlation: nil
+            nil
         )
         let lastWritten = loop.makePromise(of: Void.self)
         switch runFraming {

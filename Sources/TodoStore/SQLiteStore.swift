@@ -92,13 +92,18 @@ extension GroupCommitStore {
         return GroupCommitStore(backend: backend, state: state, executor: thread, now: now)
     }
 
-    static func prepareDirectory(_ directory: String) throws {
+    /// What is wrong with `directory` as a data directory before anything is made there: a
+    /// file where it should be (`check-config` asks too, without creating anything).
+    public static func dataDirectoryProblem(_ directory: String) -> String? {
         var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue else {
-                throw StoreError(message: "data directory \(directory) is not a directory")
-            }
-        } else {
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue
+        else { return nil }
+        return "data directory \(directory) is not a directory"
+    }
+
+    static func prepareDirectory(_ directory: String) throws {
+        if let problem = dataDirectoryProblem(directory) { throw StoreError(message: problem) }
+        if !FileManager.default.fileExists(atPath: directory) {
             do {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             } catch {

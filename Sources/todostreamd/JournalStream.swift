@@ -24,6 +24,12 @@ struct JournalStream: TextOutputStream, Sendable {
         #endif
     }
 
+    /// `<N>` for a line of `level` written to standard error outside the logger, when standard
+    /// error is the journal; nothing otherwise.
+    static func prefix(_ level: Logger.Level, environment: [String: String]) -> String {
+        isStandardErrorTheJournal(environment: environment) ? "<\(priority(level))>" : ""
+    }
+
     /// The syslog priority of a level (sd-daemon(3)).
     static func priority(_ level: Logger.Level) -> Int {
         switch level {

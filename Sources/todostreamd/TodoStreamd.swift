@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import Relay
+import TodoStore
 import UnixSignals
 
 @main
@@ -271,12 +272,10 @@ struct CheckConfig: ParsableCommand {
         }
         // A data directory that `serve` would use (SQLite's database, or the --dev-tls
         // certificate) must be one where it is: `serve` refuses a file there.
-        var isDirectory: ObjCBool = false
         if options.engine == .sqlite || options.devTLS,
-            FileManager.default.fileExists(atPath: options.dataDirectory, isDirectory: &isDirectory),
-            !isDirectory.boolValue
+            let problem = GroupCommitStore.dataDirectoryProblem(options.dataDirectory)
         {
-            fail("data directory \(options.dataDirectory) is not a directory")
+            fail(problem)
         }
         // The certificate and key are loaded as `serve` loads them: a config that names files
         // it cannot use does not pass.
@@ -293,8 +292,8 @@ struct CheckConfig: ParsableCommand {
             }
             if let problem = Daemon.certificateDateProblem(certificate) {
                 // At the journal's warning priority when it is standard error (ExecStartPre).
-                let journal = JournalStream.isStandardErrorTheJournal(environment: ProcessInfo.processInfo.environment)
-                FileHandle.standardError.write(Data("\(journal ? "<4>" : "")todostreamd: warning: \(problem)\n".utf8))
+                let prefix = JournalStream.prefix(.warning, environment: ProcessInfo.processInfo.environment)
+                FileHandle.standardError.write(Data("\(prefix)todostreamd: warning: \(problem)\n".utf8))
             }
         }
         print("\(file): ok")
@@ -329,8 +328,7 @@ func fail(_ message: String) -> Never {
 /// error is the journal, as every logged line has its own, so `journalctl -p err` shows why
 /// the daemon did not start.
 func failureLine(_ message: String, environment: [String: String]) -> String {
-    let prefix = JournalStream.isStandardErrorTheJournal(environment: environment) ? "<3>" : ""
-    return "\(prefix)todostreamd: \(message)\n"
+    "\(JournalStream.prefix(.error, environment: environment))todostreamd: \(message)\n"
 }
 
 func writePortFile(_ path: String, _ addresses: BoundAddresses) throws {
