@@ -105,6 +105,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Frames read and waiting, and requests with the sequencer.
     private var inbound = InboundStateMachine()
+    /// What the answers of the requests in flight may bring, against the outbound bound.
+    private var admission = AnswerAdmission()
     /// The subscriptions as written, and the event types they resolve to for the session's role.
     private var patterns: [TypePattern] = ["Response*"].compactMap(TypePattern.init)
     private var types = TypeSet()
@@ -558,6 +560,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if case .invalid = frame.mid { return nil }
         guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root)
         else { return nil }
+        // Its answer must fit beside those on their way (checked before the token is taken:
+        // a frame that waits is handled, and takes one, later).
+        guard let type = catalog.index(of: name),
+            admission.mayJoin(type: type, queuedBytes: queuedBytes, budget: limits.bytes / 2)
+        else { return nil }
         guard bucket.take(rate: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst) else {
             return nil
         }
@@ -582,13 +589,17 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         guard services.submit(request.event, Origin(session: id, correlation: request.re, mid: request.mid)) else {
             return false
         }
-        if let index = catalog.index(of: request.name) { shard?.requestsIn[index] += 1 }
+        let index = catalog.index(of: request.name)
+        if let index { shard?.requestsIn[index] += 1 }
+        admission.submitted(type: index ?? -1)
         return true
     }
 
-    /// One request has had every answer (called by the shard after writing them).
-    func requestAnswered() {
-        inbound.requestAnswered()
+    /// The `count` oldest requests in flight have had every answer (called by the shard after
+    /// writing them).
+    func requestsAnswered(_ count: Int) {
+        for _ in 0..<count { inbound.requestAnswered() }
+        admission.answered(count: count)
         drain()
     }
 
@@ -897,6 +908,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Queues a reply (or a monitor's copy); returns true like `enqueueBroadcast`.
     func enqueueReply(_ frame: ByteBuffer) -> Bool {
         guard !lifecycle.isClosing else { return false }
+        admission.replyWritten(bytes: frame.readableBytes)
         if hold(frame, seq: nil) { return false }
         write(frame, asked: true)
         return markPending()

@@ -187,7 +187,15 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
         let flushing = touched
         touched = []
         for session in flushing { session.flushPending() }
-        for id in answered { sessions[id]?.requestAnswered() }
+        // Each session learns at once how many of its requests were answered (what their
+        // replies brought is shared among them).
+        var counts: [SessionID: Int] = [:]
+        counts.reserveCapacity(answered.count)
+        for id in answered { counts[id, default: 0] += 1 }
+        for id in answered {
+            guard let count = counts.removeValue(forKey: id) else { continue }
+            sessions[id]?.requestsAnswered(count)
+        }
     }
 
     /// Writes a run of broadcasts and the personal frames among them. Every subscriber that

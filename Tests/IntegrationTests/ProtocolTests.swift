@@ -480,15 +480,30 @@ import Testing
         }
     }
 
+    /// A small outbound bound and no rate limit: lists pipelined far past the bound.
+    private static func pipelinedLists(_ options: inout DaemonOptions) {
+        options.relay.maxQueueBytes = 64 << 10
+        options.relay.rateLimitPerSecond = 1_000_000
+        options.relay.rateLimitBurst = 1_000_000
+    }
+
+    /// Reads the answers to `count` lists sent with ids 0, 1, … in order, each of `todos`.
+    private func expectListAnswers(_ count: Int, of todos: Int, on reader: TestConnection) async throws {
+        for index in 0..<count {
+            let answer = try await reader.json(timeout: .seconds(30))
+            #expect(answer["re"] as? Int == index, "\(answer["error"] ?? answer["re"] ?? "")")
+            #expect((answer["payload"] as? [Any])?.count == todos)
+            if answer["re"] as? Int != index { break }
+        }
+    }
+
     /// A client that pipelines requests whose answers are far larger than the outbound bound,
     /// and reads them as fast as it can, gets every answer in order: answers it asked for are
     /// not a reason to cut it, and no new request is taken while they back up.
     @Test func pipelinedAnswersLargerThanTheBoundReachAReadingClient() async throws {
         try await withDaemon(
             .custom({ options in
-                options.relay.maxQueueBytes = 64 << 10
-                options.relay.rateLimitPerSecond = 1_000_000
-                options.relay.rateLimitBurst = 1_000_000
+                Self.pipelinedLists(&options)
                 // What is tested is that a reading client gets every answer, not how soon one
                 // that stops reading is cut: on a machine busy with the other tests, this
                 // process's client may not get to read for a second.
@@ -496,26 +511,59 @@ import Testing
             })
         ) { daemon in
             let (writer, _) = try await daemon.client()
-            for index in 0..<40 {
-                try await writer.send([
-                    "type": "RequestUpdateDetailViewModel", "id": "c\(index)",
-                    "payload": [
-                        "todo": ["id": UUID().uuidString, "version": 0], "title": "Todo \(index)",
-                        "subtitle": String(repeating: "s", count: 2_400),
-                    ],
-                ])
-                _ = try await writer.json(until: { $0["re"] as? String == "c\(index)" && $0["seq"] == nil })
-            }
+            try await saveLongTodos(40, subtitleBytes: 2_400, from: writer)
             let reader = try await TestConnection.connect(port: daemon.tcpPort)
             _ = try await reader.json()
             let count = 100
             reader.post((0..<count).map { #"{"type":"RequestTodoViewModels","id":\#($0)}"# + "\n" }.joined())
-            for index in 0..<count {
-                let answer = try await reader.json(timeout: .seconds(30))
-                #expect(answer["re"] as? Int == index, "\(answer["error"] ?? answer["re"] ?? "")")
-                #expect((answer["payload"] as? [Any])?.count == 40)
-                if answer["re"] as? Int != index { break }
+            try await expectListAnswers(count, of: 40, on: reader)
+        }
+    }
+
+    /// A client that pipelines requests with large answers (lists) and reads none of them
+    /// does not make the daemon hold them all: a request joins those in flight only while
+    /// their answers fit beside the unsent ones in half the outbound bound, so here (answers
+    /// three times the bound) they go one at a time, and only once the client has taken the
+    /// last. It still gets every answer, in order, once it reads.
+    @Test func pipelinedLargeAnswersAreNotTakenFasterThanTheClientReads() async throws {
+        try await withDaemon(
+            .custom({ options in
+                Self.pipelinedLists(&options)
+                // The client stops reading for a while: it is not to be cut meanwhile.
+                options.relay.slowConsumerCheckMs = 120_000
+                // The kernel takes little of what the client does not read.
+                options.relay.socketSendBufferBytes = 16 << 10
+            })
+        ) { daemon in
+            let (writer, _) = try await daemon.client()
+            let todos = 60
+            try await saveLongTodos(todos, subtitleBytes: 3_000, from: writer)
+            let reader = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
+            _ = try await reader.json()
+            try await reader.channel.setOption(.autoRead, value: false).get()
+            let count = 64
+            // Each answer: 60 todos of about 3,100 bytes.
+            let answerBytes = todos * 3_200
+            reader.post((0..<count).map { #"{"type":"RequestTodoViewModels","id":\#($0)}"# + "\n" }.joined())
+            func metric(_ line: String) async throws -> Int? {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                guard let found = body.split(separator: "\n").first(where: { $0.hasPrefix(line + " ") }) else {
+                    return nil
+                }
+                return Int(found.dropFirst(line.count + 1))
             }
+            try await eventually("the first answer backs up") {
+                (try await metric("todostream_queued_bytes") ?? 0) > 32 << 10
+            }
+            // The daemon read them all at once; without the bound it would have taken all 64.
+            let taken = try #require(try await metric(#"todostream_requests_total{type="RequestTodoViewModels"}"#))
+            #expect(taken <= 3, "lists taken while the client reads nothing: \(taken)")
+            // What the daemon holds for it: the unsent part of about one answer, beside half the
+            // bound (without the bound: every answer the kernel did not take, megabytes).
+            let held = try #require(try await metric("todostream_queued_bytes_max"))
+            #expect(held <= (32 << 10) + 2 * answerBytes, "bytes held: \(held)")
+            reader.startReading()
+            try await expectListAnswers(count, of: todos, on: reader)
         }
     }
 
@@ -779,6 +827,21 @@ struct HTTPResult {
 
 /// A plain HTTP/1.1 GET over a raw connection.
 /// Waits until `condition` holds, looking every 20 ms, for at most `timeout`.
+/// Saves `count` new todos with subtitles of `subtitleBytes`, one after the other, each waiting
+/// for its reply.
+func saveLongTodos(_ count: Int, subtitleBytes: Int, from writer: TestConnection) async throws {
+    for index in 0..<count {
+        try await writer.send([
+            "type": "RequestUpdateDetailViewModel", "id": "c\(index)",
+            "payload": [
+                "todo": ["id": UUID().uuidString, "version": 0], "title": "Todo \(index)",
+                "subtitle": String(repeating: "s", count: subtitleBytes),
+            ],
+        ])
+        _ = try await writer.json(until: { $0["re"] as? String == "c\(index)" && $0["seq"] == nil })
+    }
+}
+
 func eventually(
     _ what: String,
     timeout: Duration = .seconds(30),
