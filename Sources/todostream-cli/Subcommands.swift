@@ -95,7 +95,17 @@ struct Watch: AsyncParsableCommand {
         abstract: "Print the list, then every change as it happens; resumes across reconnects (Ctrl-C to stop)."
     )
     @OptionGroup var connection: ConnectionOptions
-    @Flag(help: "One JSON object per line instead of text.") var json = false
+    @Flag(
+        help: ArgumentHelp(
+            "One JSON object per line instead of text.",
+            discussion: """
+                Each line has "event": "connected" (with "resumed"), "list" (with "count", \
+                the todos that follow as "row" lines; sent for every list, an empty one \
+                too), "row", "change" (with "seq"), "reset" (with "seq"), "disconnected" \
+                or "unreachable" (with "reason").
+                """
+        )
+    ) var json = false
 
     func run() async throws {
         let json = self.json
@@ -167,6 +177,8 @@ struct Watch: AsyncParsableCommand {
             output(json ? jsonLine(["event": "unreachable", "reason": reason]) : text)
         case .event(.responseTodoViewModels(.success(let rows)), _):
             if json {
+                // The list's own line: a refetch that finds no todo is seen too.
+                output(#"{"count":\#(rows.count),"event":"list"}"#)
                 for row in rows { output(line(row, seq: nil, kind: "row")) }
             } else {
                 output("-- \(rows.count) \(rows.count == 1 ? "todo" : "todos")")

@@ -8,6 +8,7 @@ The CLI binary is $TODOSTREAM_CLI, else <repo>/.build/debug/todostream; a missin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -162,3 +163,20 @@ def test_a_request_over_the_daemons_frame_limit_is_refused_at_once(daemon, trans
     result = run_cli("add", "a" * 900, "--url", url, "--max-frame-bytes", "1000")
     assert result.returncode == 4 and "nothing was sent" in result.stderr and "--max-frame-bytes" in result.stderr, result
     assert "daemon's frame limit" not in result.stderr, result
+
+
+def test_watch_json_shows_every_list_an_empty_one_too(daemon):
+    """`watch --json`: each list (re)fetched has a line of its own with its count, so a script sees
+    an empty list (text mode says "-- 0 todos"); its rows and later changes follow."""
+    url = f"tcp://127.0.0.1:{daemon.tcp_port}"
+    watch = subprocess.Popen([cli_binary(), "watch", "--json", "--url", url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(_read_line(watch, 30)) == {"event": "connected", "resumed": False}
+        assert json.loads(_read_line(watch, 30)) == {"event": "list", "count": 0}
+        with LineClient(daemon.tcp_port, name="writer") as c:
+            create_todo(c, "Seen by watch")
+        change = json.loads(_read_line(watch, 30))
+        assert change["event"] == "change" and change["title"] == "Seen by watch" and change["seq"] >= 1, change
+    finally:
+        watch.kill()
+        watch.communicate()
