@@ -27,11 +27,14 @@ struct LineFrameDecoder: ByteToMessageDecoder {
             guard var line = buffer.readSlice(length: length) else { return .needMoreData }
             buffer.moveReaderIndex(forwardBy: 1)
             if line.readableBytesView.last == UInt8(ascii: "\r") { line.moveWriterIndex(to: line.writerIndex - 1) }
-            if line.readableBytesView.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return .continue }
+            // Over the limit is refused whatever it holds (blank too), as a line that is still
+            // incomplete when it passes the limit is, so the answer does not depend on how the
+            // bytes arrived.
             if line.readableBytes > maxFrameBytes {
                 context.fireChannelRead(NIOAny(FrameEvent.tooLarge))
                 return .continue
             }
+            if line.readableBytesView.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return .continue }
             context.fireChannelRead(NIOAny(FrameEvent.frame(line)))
             return .continue
         }
@@ -66,8 +69,10 @@ struct LineFrameDecoder: ByteToMessageDecoder {
         if !discarding, buffer.readableBytes > 0 {
             var line = buffer.readSlice(length: buffer.readableBytes) ?? ByteBuffer()
             if line.readableBytesView.last == UInt8(ascii: "\r") { line.moveWriterIndex(to: line.writerIndex - 1) }
-            if !line.readableBytesView.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
-                context.fireChannelRead(NIOAny(line.readableBytes > maxFrameBytes ? FrameEvent.tooLarge : .frame(line)))
+            if line.readableBytes > maxFrameBytes {
+                context.fireChannelRead(NIOAny(FrameEvent.tooLarge))
+            } else if !line.readableBytesView.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
+                context.fireChannelRead(NIOAny(FrameEvent.frame(line)))
             }
         }
         buffer.moveReaderIndex(forwardBy: buffer.readableBytes)

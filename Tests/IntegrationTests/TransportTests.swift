@@ -908,6 +908,16 @@ extension TLSTests {
         #expect(try decode((long + [10] + Array("{}\n".utf8)).map { [$0] }) == ["<too large>", "{}"])
     }
 
+    /// A line over the limit is refused whatever it holds, blank too, however its bytes arrive.
+    @Test func anOverlongBlankLineIsReportedAsAnyOtherWhateverItsChunks() throws {
+        let blank = [UInt8](repeating: UInt8(ascii: " "), count: 17)
+        let input = blank + Array("\n{}\n".utf8)
+        #expect(try decode([input]) == ["<too large>", "{}"])
+        #expect(try decode([Array(blank[..<10]), Array(input[10...])]) == ["<too large>", "{}"])
+        #expect(try decode(input.map { [$0] }) == ["<too large>", "{}"])
+        #expect(try decode([Array(repeating: UInt8(ascii: " "), count: 16) + [10]]) == [])
+    }
+
     @Test func aLineOfExactlyTheLimitPasses() throws {
         let exact = String(repeating: "y", count: 16)
         #expect(try decode([Array((exact + "\r\n").utf8)]) == [exact])

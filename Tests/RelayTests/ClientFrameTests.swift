@@ -118,6 +118,28 @@ import Testing
         #expect(negative.mid == .invalid)
     }
 
+    /// An integer id that fits 64 bits is one however it is written, also where a Double cannot
+    /// hold it (near ±2^63): its decimal digits decide.
+    @Test(arguments: [
+        ("9223372036854775807.0", CorrelationID.integer(.max)),
+        ("9223372036854775807e0", .integer(.max)),
+        ("9223372036854775800.0", .integer(9_223_372_036_854_775_800)),
+        ("-9223372036854775808.0", .integer(.min)),
+        ("-9.223372036854775808e18", .integer(.min)),
+        ("92233720368547758.07e2", .integer(.max)),
+        ("1000e-3", .integer(1)),
+    ])
+    func integerIDsNearTheLimitsAreReadExactly(_ text: String, _ expected: CorrelationID) throws {
+        let frame = try #require(ClientFrame.parse(Array(#"{"op":"ping","id":\#(text)}"#.utf8))?.frame)
+        #expect(frame.id == .value(expected))
+    }
+
+    @Test(arguments: ["9223372036854775808.0", "-9223372036854775809.0", "9.3e18", "1.5", "5e-1", "1e400"])
+    func numbersThatAreNotInt64IntegersAreNotIDs(_ text: String) throws {
+        let frame = try #require(ClientFrame.parse(Array(#"{"op":"ping","id":\#(text)}"#.utf8))?.frame)
+        #expect(frame.id == .invalid)
+    }
+
     /// 1–64 characters, counted as Unicode scalars: one grapheme of 65 scalars is too long, 64
     /// emoji (each one scalar, four bytes) are not. Both parsers agree.
     @Test func identifiersAreCountedInUnicodeScalars() throws {
