@@ -284,8 +284,17 @@ extension PostgresStore {
                 delay = min(delay * 2, .seconds(1))
             }
         }
-        logger.error("cannot tell whether a commit happened; answering unavailable", metadata: ["origin": "\(origin)"])
-        return claims.settleInDoubt(origin)
+        // The follower may have seen the batch meanwhile; only when it has not is the outcome
+        // unknown (its requesters are not answered: their connections close with `draining`).
+        if let first = claims.settleInDoubt(origin) {
+            logger.notice("the unanswered commit had happened (seen in the journal)", metadata: ["origin": "\(origin)"])
+            return first
+        }
+        logger.error(
+            "cannot tell whether a commit happened; its requesters' connections are closed without an answer",
+            metadata: ["origin": "\(origin)"]
+        )
+        return nil
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL
