@@ -51,6 +51,35 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         case lingering
     }
 
+    /// Pongs: at most one written and not yet taken by the kernel, and the payload of the
+    /// latest ping that came meanwhile, answered once it is.
+    private enum Pongs {
+        case idle
+        case writing(next: ByteBuffer?)
+    }
+    private var pongs = Pongs.idle
+
+    private func sendPong(_ context: ChannelHandlerContext, _ payload: ByteBuffer) {
+        pongs = .writing(next: nil)
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(
+            wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: payload)),
+            promise: promise
+        )
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        promise.futureResult.whenComplete { result in
+            let (handler, context) = bound.value
+            handler.pongWritten(context, failed: (try? result.get()) == nil)
+        }
+    }
+
+    private func pongWritten(_ context: ChannelHandlerContext, failed: Bool) {
+        guard case .writing(let next) = pongs else { return }
+        pongs = .idle
+        guard let next, !failed, !closeSent, context.channel.isActive else { return }
+        sendPong(context, next)
+    }
+
     private var closeSent: Bool {
         switch closing {
         case .sent, .lingering: return true
@@ -106,11 +135,15 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
         switch frame.opcode {
         case .ping:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
-            context.fireUserInboundEventTriggered(LeaveSocket())
-            context.writeAndFlush(
-                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)),
-                promise: nil
-            )
+            switch pongs {
+            case .idle:
+                context.fireUserInboundEventTriggered(LeaveSocket())
+                sendPong(context, frame.unmaskedData)
+            case .writing:
+                // The last pong is not out yet: only the most recent ping waits to be answered
+                // (RFC 6455 §5.5.3), so a client that sends pings and reads nothing costs one.
+                pongs = .writing(next: frame.unmaskedData)
+            }
         case .pong:
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
         case .connectionClose:

@@ -265,6 +265,43 @@ struct RawWebSocket {
         }
     }
 
+    /// A client that sends pings and reads nothing does not make the daemon queue a pong for
+    /// each: while one is not out yet, only the most recent ping waits to be answered (RFC 6455
+    /// §5.5.3). Once the client reads, the last ping's pong arrives, after a few hundred, not
+    /// one per ping.
+    @Test func pingsFromAClientThatDoesNotReadAreAnsweredWithTheMostRecentPongOnly() async throws {
+        try await withDaemon(.custom({ $0.relay.socketSendBufferBytes = 16 << 10 })) { daemon in
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            try await ws.connection.channel.setOption(.autoRead, value: false).get()
+            let pings = 20_000
+            let payload = { (index: Int) in Array(String(format: "%-125d", index).utf8) }
+            for start in stride(from: 0, to: pings, by: 1_000) {
+                try await ws.connection.sendBytes(
+                    (start..<start + 1_000).flatMap { RawWebSocket.frame(opcode: 0x9, payload($0)) }
+                )
+            }
+            try await ws.send(opcode: 0x9, Array("last".utf8))
+            ws.connection.startReading()
+            var pongs = 0
+            var previous = -1
+            while true {
+                let (opcode, body) = try await ws.receive()
+                #expect(opcode == 0xA, "only pongs were asked for")
+                pongs += 1
+                if body == Array("last".utf8) { break }
+                let index = try #require(
+                    Int(String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespaces))
+                )
+                #expect(index > previous, "each pong answers a later ping")
+                previous = index
+            }
+            #expect(pongs < pings / 10, "\(pongs) pongs for \(pings + 1) pings")
+            try await ws.sendText(#"{"op":"ping","id":"after"}"#)
+            #expect(try await ws.receiveJSON()["re"] as? String == "after")
+        }
+    }
+
     @Test func binaryAndOversizedMessagesAreErrorsAndFragmentsAreReassembled() async throws {
         try await withDaemon(.custom({ $0.relay.maxFrameBytes = 1024 })) { daemon in
             let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
