@@ -204,10 +204,15 @@ extension PostgresStore {
                 "a commit got no answer, or an error that may have come after it committed; asking the database whether it happened",
                 metadata: ["origin": "\(origin)", "reason": "\(Self.describe(error))"]
             )
-            if let first = await resolve(origin, after: staged.headAtRead) {
+            switch await resolve(origin, after: staged.headAtRead) {
+            case .committed(let first):
                 return staged.results(first: first)
+            case .notCommitted:
+                // The journal says it did not commit: nothing was applied, as `unavailable` says.
+                return writes.map { _ in .failure(.unavailable) }
+            case .unknown:
+                return writes.map { _ in .failure(.unavailableInDoubt) }
             }
-            return writes.map { _ in .failure(.unavailableInDoubt) }
         }
     }
 
@@ -236,12 +241,25 @@ extension PostgresStore {
         }
     }
 
+    /// What the look-up of a batch in doubt learned (`resolve`).
+    enum InDoubtOutcome: Equatable, Sendable {
+        /// It committed; its first seq.
+        case committed(first: UInt64)
+        /// The journal, read once no commit was still running, does not hold it: it did not
+        /// commit, and cannot any more.
+        case notCommitted
+        /// Nothing could tell in time: it may have committed.
+        case unknown
+    }
+
     /// Finds out whether a batch whose commit went unanswered committed: from the journal
     /// itself (its entries carry `origin`), retrying for a while, or from the journal follower
-    /// (which may already have passed them). Returns the batch's first seq when it committed.
-    /// When nothing can tell, the batch is abandoned (`LocalClaims`), so that if it did commit
-    /// the follower publishes it like anyone else's.
-    private func resolve(_ origin: String, after headAtRead: Int64) async -> UInt64? {
+    /// (which may already have passed them). A look-up that fails (the server restarting, the
+    /// pool choosing a server again, a lease on a retired client) is tried again, each time on
+    /// the client in use then, until 3 × `postgres.timeout_ms` have passed. When nothing can
+    /// tell, the batch is abandoned (`LocalClaims`), so that if it did commit the follower
+    /// publishes it like anyone else's.
+    private func resolve(_ origin: String, after headAtRead: Int64) async -> InDoubtOutcome {
         let logger = self.logger
         let deadline = ContinuousClock.now.advanced(by: connector.settings.acquireTimeout * 3)
         var delay = Duration.milliseconds(50)
@@ -249,9 +267,17 @@ extension PostgresStore {
             do {
                 let first = try await pool.withLease(timeout: connector.settings.acquireTimeout) { connection in
                     // A commit still running on the server (its socket closed by us after a
-                    // timeout) holds the stream_state row: wait for it to end, then look.
+                    // timeout) holds the commit advisory lock, and the stream_state row once it
+                    // has it: wait for it to end, then look. The advisory lock, taken
+                    // exclusively, also waits for a commit still queued for it (behind a batch
+                    // that holds it from its read): one that took the row only after this look
+                    // would commit although the journal had said it did not.
                     try await connection.query("BEGIN", logger: logger)
                     do {
+                        try await connection.query(
+                            "SELECT pg_advisory_xact_lock(\(PostgresMigrations.commitLockKey))",
+                            logger: logger
+                        )
                         try await connection.query(
                             "SELECT head FROM stream_state WHERE id = 1 FOR SHARE",
                             logger: logger
@@ -276,11 +302,17 @@ extension PostgresStore {
                 claims.finish(origin)
                 if let first {
                     logger.notice("the unanswered commit had happened", metadata: ["origin": "\(origin)"])
-                    return UInt64(first)
+                    return .committed(first: UInt64(first))
                 }
-                return nil
+                logger.notice(
+                    "the unanswered commit had not happened; answering unavailable",
+                    metadata: ["origin": "\(origin)"]
+                )
+                return .notCommitted
             } catch {
-                try? await Task.sleep(for: delay)
+                // A cancelled task's leases and sleeps fail at once: looking again would spin.
+                if Task.isCancelled { break }
+                try? await Task.sleep(for: min(delay, ContinuousClock.now.duration(to: deadline)))
                 delay = min(delay * 2, .seconds(1))
             }
         }
@@ -288,13 +320,13 @@ extension PostgresStore {
         // unknown (its requesters are not answered: their connections close with `draining`).
         if let first = claims.settleInDoubt(origin) {
             logger.notice("the unanswered commit had happened (seen in the journal)", metadata: ["origin": "\(origin)"])
-            return first
+            return .committed(first: first)
         }
         logger.error(
             "cannot tell whether a commit happened; its requesters' connections are closed without an answer",
             metadata: ["origin": "\(origin)"]
         )
-        return nil
+        return .unknown
     }
 
     /// One attempt at the batch on one connection: read the todos, apply the writes, `CALL

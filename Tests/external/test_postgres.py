@@ -439,7 +439,11 @@ def test_the_database_restarting_under_load_loses_no_acknowledged_write(daemon_f
             assert_gapless(frames, start + 1, last, o.name)
             streams.append(frames)
         assert streams[0] == streams[1], "both daemons' clients saw the same stream"
-        print(f"\n{len(acked)} acknowledged, {sum(w.unavailable for w in writers)} answered unavailable")
+        print(f"\n{len(acked)} acknowledged, {sum(w.unavailable for w in writers)} answered unavailable, "
+              f"{sum(w.closed for w in writers)} closed in doubt")
+        # The database was back within a second: every commit in doubt was looked up in time
+        # and answered (saved, or unavailable), none left unknown with its connection closed.
+        assert sum(w.closed for w in writers) == 0, [(w.name, w.closed) for w in writers]
     finally:
         for o in observers:
             o.close()
@@ -737,6 +741,64 @@ def test_a_commit_that_stays_in_doubt_closes_the_connection_and_a_resume_shows_i
                         "payload": {**detail, "title": "doubt-commit"}})
             reply = again.expect(lambda f: f.get("re") == retry, timeout=30)
             assert reply.get("duplicate") is True, reply
+
+
+def test_a_commit_whose_backend_is_terminated_while_it_waits_on_a_lock_is_looked_up_and_answered_unavailable(
+        daemon_factory, database, postgres):
+    """The audit's case: a session holds the journal in SHARE mode, so a write's CALL waits for
+    the lock (holding stream_state); its backend is then terminated. Its answer is lost, so the
+    commit is in doubt, but PostgreSQL is up and the batch surely did not commit: the look-up
+    finds it absent, and the write is answered `unavailable` (nothing applied), with the
+    connection kept open, and not closed with `draining` as if nothing could tell (it was,
+    about 0.1 s after the failure, the look-up's "not there" taken for "cannot tell"). The
+    answer comes while the lock is still held; a retry with the same mid then applies it
+    once."""
+    a, b = pg_daemons(daemon_factory, database[1])
+    name = database[0]
+    with LineClient(a.tcp_port, name="c@A") as ca, LineClient(b.tcp_port, name="obs@B") as ob:
+        ob.ping()
+        _, made = create_todo(ca, "toggled under a lock")
+        ob.expect_seq(made["seq"])
+        todo = made["payload"]["todo"]
+        locker = threading.Thread(
+            target=postgres._run, daemon=True,
+            args=("psql", "-h", str(postgres.root), "-p", str(postgres.port), "-U", "postgres", "-d", name, "-X",
+                  "-c", "BEGIN; LOCK TABLE journal IN SHARE MODE; SELECT pg_sleep(120); COMMIT;"),
+            kwargs={"check": False})
+        locker.start()
+        locked = ("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                  "WHERE c.relname = 'journal' AND l.mode = 'ShareLock' AND l.granted")
+        waiting = ("FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'CALL %' "
+                   "AND wait_event_type = 'Lock'")
+        try:
+            wait_until(lambda: postgres.psql(locked, name) == "1", timeout=30, what="the journal locked")
+            rid = next_id("locked")
+            ca.send({"type": "RequestToggleCompleteTodoViewModel", "id": rid, "mid": "lock-1",
+                     "payload": {"todo": {"id": todo["id"]}}})
+            wait_until(lambda: postgres.psql(f"SELECT count(*) {waiting}", name) == "1", timeout=30,
+                       what="the write's CALL waiting for the journal lock")
+            assert postgres.psql(f"SELECT bool_and(pg_terminate_backend(pid)) {waiting}", name) == "t"
+            try:
+                answer = ca.expect(lambda f: f.get("re") == rid, timeout=60, what="the write's answer")
+            except ClosedError:
+                raise AssertionError(
+                    f"the connection was closed although PostgreSQL is up and the write did not commit: {ca.dump()}")
+            assert answer.get("error", {}).get("code") == "unavailable", answer
+            assert "nothing was changed" in answer["error"]["message"], answer
+            assert postgres.psql(locked, name) == "1", "answered only once the lock was released"
+            ca.ping()
+            assert "the unanswered commit had not happened" in a.log_text()
+            assert "cannot tell whether a commit happened" not in a.log_text()
+        finally:
+            postgres.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE query LIKE '%LOCK TABLE journal%' AND pid <> pg_backend_pid()", name)
+            locker.join(timeout=30)
+        assert postgres.psql("SELECT count(*) FROM journal WHERE mid = 'lock-1'", name) == "0"
+        assert [t["todo"]["completedAt"] for t in list_todos(ob) if t["todo"]["id"] == todo["id"]] == [todo["completedAt"]]
+        retry = ca.request({"type": "RequestToggleCompleteTodoViewModel", "mid": "lock-1",
+                            "payload": {"todo": {"id": todo["id"]}}}, timeout=30)
+        assert retry.get("seq") == made["seq"] + 1 and not retry.get("duplicate"), retry
+        assert ob.expect_seq(retry["seq"]) == strip_re(retry)
 
 
 def test_a_daemon_on_the_unix_socket_and_one_on_tcp_share_the_stream(daemon_factory, postgres):
