@@ -205,7 +205,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: Self.listenBacklog)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
             .childChannelOption(.allowRemoteHalfClosure, value: halfClosure)
             .childChannelInitializer(admit)
@@ -301,7 +301,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 try configure(channel, descriptor)
             }
             ClientBootstrap(group: group)
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelOption(.maxMessagesPerRead, value: 16)
                 .channelOption(.allowRemoteHalfClosure, value: halfClosure)
                 .channelInitializer(admit)

@@ -66,7 +66,7 @@ struct Connector: Sendable {
         let sslContext = self.sslContext
         let serverHostname = Self.isIPAddress(endpoint.host) ? nil : endpoint.host
         let bootstrap = ClientBootstrap(group: group)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(.milliseconds(configuration.connectTimeout.milliseconds))
         if !endpoint.transport.isWebSocket {
             return try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in

@@ -130,7 +130,7 @@ final class Connector: Sendable {
         let tls = self.tls
         let run = self.run
         var bootstrap = ClientBootstrap(group: loop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(.seconds(10))
             .channelInitializer { channel in
                 if let receiveBufferBytes {

@@ -1,0 +1,93 @@
+"""The daemon and the CLI run as an ordinary user, as the systemd unit runs the daemon
+(DynamicUser=yes, no capabilities): connections are served and the CLI connects. A socket option
+set at the wrong level (TCP_NODELAY as a SOL_SOCKET option is SO_DEBUG, which needs
+CAP_NET_ADMIN) once made every accepted connection fail without root.
+
+The tests need root (to switch to `nobody` with `setpriv`): CI runs them as root; elsewhere they
+FAIL rather than skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import daemon_binary
+from test_cli import cli_binary
+
+
+def _as_nobody(command: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        pytest.fail("these tests switch to the user nobody and need root", pytrace=False)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv (util-linux) is missing", pytrace=False)
+    return [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all", "--", *command]
+
+
+@pytest.fixture
+def unprivileged_daemon():
+    """A daemon started as nobody, with copies of the binaries it and the CLI need where nobody
+    can run them (pytest's own temporary folders are closed to other users)."""
+    nobody = pwd.getpwnam("nobody")
+    home = Path(tempfile.mkdtemp(prefix="todostream-unprivileged-"))
+    os.chmod(home, 0o755)
+    binaries = {}
+    for name, path in (("daemon", daemon_binary()), ("cli", cli_binary())):
+        copy = home / os.path.basename(path)
+        shutil.copy(path, copy)
+        os.chmod(copy, 0o755)
+        binaries[name] = str(copy)
+    data = home / "data"
+    data.mkdir()
+    os.chown(data, nobody.pw_uid, nobody.pw_gid)
+    port_file = data / "ports.json"
+    log = open(home / "log", "w")
+    process = subprocess.Popen(
+        _as_nobody([binaries["daemon"], "serve", "--data-dir", str(data), "--port-file", str(port_file),
+                    "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "debug"]),
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip().endswith("}"):
+            assert process.poll() is None, (home / "log").read_text()
+            assert time.monotonic() < deadline, "the daemon did not write its ports"
+            time.sleep(0.05)
+        yield json.loads(port_file.read_text()), binaries, home / "log"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_daemon_without_privileges_serves_tcp_and_http_and_the_cli_connects(unprivileged_daemon):
+    ports, binaries, log = unprivileged_daemon
+    with socket.create_connection(("127.0.0.1", ports["tcp"]), timeout=10) as s:
+        hello = json.loads(s.makefile("rb").readline())
+        assert hello.get("op") == "hello", (hello, log.read_text())
+    with socket.create_connection(("127.0.0.1", ports["http"]), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        status = s.makefile("rb").readline()
+        assert status.startswith(b"HTTP/1.1 200"), (status, log.read_text())
+    url = f"tcp://127.0.0.1:{ports['tcp']}"
+    added = subprocess.run(_as_nobody([binaries["cli"], "add", "Added by nobody", "--url", url]),
+                           capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, (added, log.read_text())
+    listed = subprocess.run(_as_nobody([binaries["cli"], "list", "--url", url]),
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "Added by nobody" in listed.stdout, (listed, log.read_text())
