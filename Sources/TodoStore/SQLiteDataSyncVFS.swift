@@ -322,9 +322,15 @@ private func dataSyncSync(_ file: UnsafeMutablePointer<sqlite3_file>?, _ flags: 
         return synced
     }
     while true {
-        if fdatasync(state.pointee.descriptor) == 0 { return SQLITE_OK }
+        if fdatasync(state.pointee.descriptor) == 0 { break }
         if errno != EINTR { return ioErrorSync }
     }
+    // A WAL deleted while open (no link left) takes every commit in it with it at the next
+    // start: the commit fails instead of being acknowledged (SQLite updates its WAL index only
+    // after the sync, so the frames written are not part of the database).
+    var status = stat()
+    if fstat(state.pointee.descriptor, &status) == 0, status.st_nlink == 0 { return ioErrorSync }
+    return SQLITE_OK
 }
 
 /// Makes a WAL file's held writes, closes its own descriptor and frees its buffer, then closes

@@ -57,6 +57,10 @@ extension GroupCommitStore {
         }
         try prepareDirectory(directory)
         let lock = lockDirectory ? try DirectoryLock.acquire(in: directory) : nil
+        if let problem = orphanedLogProblem(directory) {
+            lock?.release()
+            throw StoreError(message: problem)
+        }
         let thread = thread ?? StoreThread()
         let backend: SQLiteBackend
         do {
@@ -99,6 +103,22 @@ extension GroupCommitStore {
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue
         else { return nil }
         return "data directory \(directory) is not a directory"
+    }
+
+    /// A WAL that holds commits beside a database file that is missing or empty: starting would
+    /// make a new, empty store (a new epoch) and SQLite would throw the WAL away with its data.
+    /// Refused, so that the operator restores the file (or removes the WAL to start empty).
+    static func orphanedLogProblem(_ directory: String) -> String? {
+        let database = directory + "/" + SQLiteBackend.fileName
+        let wal = database + "-wal"
+        let walBytes = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? NSNumber)?.intValue ?? 0
+        guard walBytes > 0 else { return nil }
+        let databaseBytes =
+            (try? FileManager.default.attributesOfItem(atPath: database)[.size] as? NSNumber)?.intValue ?? 0
+        guard databaseBytes == 0 else { return nil }
+        return "the database file \(database) is missing or empty but its write-ahead log \(wal) holds "
+            + "\(walBytes) bytes of commits: restore the database file, or remove the log to start with an "
+            + "empty store (a new epoch)"
     }
 
     static func prepareDirectory(_ directory: String) throws {

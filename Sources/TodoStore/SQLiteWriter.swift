@@ -204,6 +204,7 @@ final class SQLiteWriter: @unchecked Sendable {
     func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         guard let last = batch.last else { return }
+        try checkNotMoved()
         if !deferredKnown { try readDeferred() }
         // Noted before the transaction; a failure below makes the next commit read it back.
         deferredKnown = false
@@ -284,12 +285,28 @@ final class SQLiteWriter: @unchecked Sendable {
     /// (Writing a value unchanged would not do: SQLite leaves a page it would not change alone.)
     func probe(at now: Int64) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        try checkNotMoved()
         try transaction(statements) {
             try execute(
                 "INSERT INTO meta (key, value) VALUES ('health_probe', '\(now)') "
                     + "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
             )
         }
+    }
+
+    /// Refuses to write to a database file that is no longer where it was opened (deleted,
+    /// with its directory or alone, or replaced): SQLite would go on writing to the open file,
+    /// and every write acknowledged from then on would be lost at the next start. One `fstat`
+    /// and one `stat` (SQLite's `SQLITE_FCNTL_HAS_MOVED`).
+    private func checkNotMoved() throws {
+        var moved: Int32 = 0
+        let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)
+        guard result == SQLITE_OK, moved != 0 else { return }
+        throw Failure(
+            code: SQLITE_IOERR,
+            message: "the database file was deleted or replaced while the daemon ran; nothing more is written to it "
+                + "(restart the daemon once the data directory is restored)"
+        )
     }
 
     /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is

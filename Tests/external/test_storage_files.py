@@ -1,0 +1,67 @@
+"""The SQLite store's files taken away under the daemon (an operator's mistake, a clean-up job):
+no write is acknowledged that the next start would not have, /healthz says storage is down, and
+a start that would throw away commits (a write-ahead log without its database file) is refused.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import daemon_binary
+from helpers import LineClient, create_todo, list_todos, new_detail, save_detail
+
+
+def _healthz(daemon) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/healthz", timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _until(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("removed", ["todostream.sqlite", "todostream.sqlite-wal"])
+def test_a_store_file_deleted_under_the_daemon_fails_writes_and_health(daemon, removed):
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        create_todo(c, "Before")
+        (daemon.data_dir / removed).unlink()
+        reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="After")
+        assert reply.get("error", {}).get("code") == "unavailable", reply
+        _until(lambda: _healthz(daemon) == 503, "/healthz saying storage is down")
+        # Still refused: nothing is acknowledged into a file that is gone.
+        reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="Later")
+        assert reply.get("error", {}).get("code") == "unavailable", reply
+    assert "deleted or replaced" in daemon.log_text() or removed.endswith("-wal"), daemon.log_text()
+
+
+def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        create_todo(c, "Kept in the log")
+    # A kill leaves the commits in the write-ahead log (nothing checkpoints them).
+    daemon.kill()
+    daemon.proc = None  # killed on purpose: nothing for the fixture to stop
+    wal = daemon.data_dir / "todostream.sqlite-wal"
+    assert wal.stat().st_size > 0
+    (daemon.data_dir / "todostream.sqlite").unlink()
+    started = subprocess.run(
+        [daemon_binary(), "serve", "--data-dir", str(daemon.data_dir), "--listen", "127.0.0.1:0",
+         "--http-listen", "127.0.0.1:0", "--port-file", str(daemon.data_dir / "again.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert started.returncode == 1, started
+    assert "is missing or empty but its write-ahead log" in started.stderr, started.stderr
+    assert wal.stat().st_size > 0, "the log was left as it was"
