@@ -118,6 +118,12 @@ struct DaemonOptions: Sendable {
 }
 
 /// A startup failure, said in one line.
+/// What `/metrics` reads from the store.
+struct StoreFigures: Sendable {
+    var healthy: Bool
+    var commitLatency: LatencyHistogram
+}
+
 struct StartupError: Error, CustomStringConvertible {
     let message: String
     var description: String { message }
@@ -136,6 +142,9 @@ struct StartupError: Error, CustomStringConvertible {
 /// 6. `SystemdService`: the watchdog while serving, `STOPPING=1` first thing in a shutdown;
 /// 7. `SignalService`, when signals are given: SIGTERM/SIGINT start the shutdown, SIGHUP reloads.
 final class Daemon: Sendable {
+    /// How long `/healthz` and `/metrics` wait for the store before they say storage is down.
+    static let storePatience = Duration.seconds(2)
+
     private let reloader: Reloader
     var options: DaemonOptions { reloader.options.withLockedValue { $0 } }
     let store: any ServedStore
@@ -330,6 +339,12 @@ final class Daemon: Sendable {
         }
 
         let settings = RelaySettings(configuration: options.relay, auth: options.auth)
+        // A storage stall holds the store's thread: monitoring gets "down" after this long.
+        let healthLookout = StoreLookout(initial: true, patience: Self.storePatience)
+        let figuresLookout = StoreLookout(
+            initial: StoreFigures(healthy: true, commitLatency: LatencyHistogram()),
+            patience: Self.storePatience
+        )
         let relay = RelayServer(
             hub: hub,
             settings: settings,
@@ -340,7 +355,7 @@ final class Daemon: Sendable {
             group: group,
             health: {
                 HealthReport(
-                    storageOK: await store.isHealthy,
+                    storageOK: await healthLookout.value({ await store.isHealthy }, stalled: { _ in false }),
                     connections: hub.connectionCount,
                     seq: hub.seq,
                     epoch: hub.epoch,
@@ -348,8 +363,11 @@ final class Daemon: Sendable {
                 )
             },
             metrics: {
-                let storeHealthy = await store.lastSeenHealthy
-                let commitLatency = await store.commitLatency
+                let figures = await figuresLookout.value(
+                    { StoreFigures(healthy: await store.lastSeenHealthy, commitLatency: await store.commitLatency) },
+                    stalled: { StoreFigures(healthy: false, commitLatency: $0.commitLatency) }
+                )
+                let (storeHealthy, commitLatency) = (figures.healthy, figures.commitLatency)
                 let loops = await hub.loopMetrics()
                 return hub.metrics.render(
                     seq: hub.seq,

@@ -5,6 +5,7 @@ a start that would throw away commits (a write-ahead log without its database fi
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import time
 import urllib.error
@@ -65,3 +66,40 @@ def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
     assert started.returncode == 1, started
     assert "is missing or empty but its write-ahead log" in started.stderr, started.stderr
     assert wal.stat().st_size > 0, "the log was left as it was"
+
+
+def _get(daemon, path: str, timeout: float):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}{path}", timeout=timeout) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_health_and_metrics_answer_while_storage_is_stalled(daemon):
+    """A commit that waits on storage (here: another process holds the database's write lock,
+    as a frozen file system or a slow disk would hold the sync) holds the store: /healthz and
+    /metrics still answer within a few seconds, saying storage is down, and recover after."""
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        create_todo(c, "Before the stall")
+        holder = sqlite3.connect(str(daemon.data_dir / "todostream.sqlite"), timeout=30, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            detail = new_detail(c)
+            c.send({"type": "RequestUpdateDetailViewModel", "id": "stalled", "payload": {**detail, "title": "Stalled"}})
+            # Each look is answered within seconds (a look that waits for the store times out
+            # and fails the test), and says down once the commit holds the store.
+            deadline = time.monotonic() + 20
+            while True:
+                status, body = _get(daemon, "/healthz", timeout=5)
+                if status == 503:
+                    break
+                assert time.monotonic() < deadline, "/healthz never said storage is down"
+            assert '"storage":"down"' in body, body
+            status, body = _get(daemon, "/metrics", timeout=5)
+            assert status == 200 and "\ntodostream_storage_up 0\n" in body, (status, body[:300])
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        c.expect(lambda f: f.get("re") == "stalled", timeout=30)
+    _until(lambda: _get(daemon, "/healthz", timeout=15)[0] == 200, "/healthz healthy again")
