@@ -91,8 +91,31 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.head = nil
             requestTimer?.cancel()
             requestTimer = nil
+            guard context.channel.isWritable else {
+                // Answers the client has not taken fill the channel: this one waits (and, as
+                // NIO's pipelining handler holds the requests behind it, so do they, and reads),
+                // so that a client that pipelines requests and reads nothing holds one answer
+                // past the channel's high water mark, not one per request. A client that takes
+                // nothing for the request timeout is closed.
+                answerWaiting = head
+                awaitRequest(context)
+                return
+            }
             route(context, head)
         }
+    }
+
+    /// A request whose answer waits until the channel takes more (`channelRead`).
+    private var answerWaiting: HTTPRequestHead?
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, let head = answerWaiting {
+            answerWaiting = nil
+            requestTimer?.cancel()
+            requestTimer = nil
+            route(context, head)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     /// A request NIO could not parse was answered `400` with `Connection: close` by its error
