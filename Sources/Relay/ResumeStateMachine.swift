@@ -59,8 +59,29 @@ struct ResumeStateMachine {
         /// The journal page to read once everything up to `cursor` is replayed; nil when the
         /// replay is done.
         func page(after cursor: UInt64) -> Page? {
+            page(after: cursor, entries: pageSize)
+        }
+
+        /// The journal page of at most `entries` (and `pageSize`) entries to read once everything
+        /// up to `cursor` is replayed; nil when the replay is done.
+        func page(after cursor: UInt64, entries: UInt64) -> Page? {
             guard cursor < replayThrough else { return nil }
-            return Page(after: cursor, through: min(replayThrough, cursor + pageSize))
+            return Page(after: cursor, through: min(replayThrough, cursor + max(1, min(entries, pageSize))))
+        }
+
+        /// Entries the first page reads, before the size of the journal's entries is known: a
+        /// page is held in memory while the client takes it, at most this many of the largest
+        /// frames the daemon takes.
+        static let firstPageEntries: UInt64 = 64
+
+        /// Entries the next page reads: as many as fit in `budgetBytes` at the size the last
+        /// page's entries had (at least one, at most `pageSize`), so that a page held for a
+        /// client that reads slowly, or not at all, is about the budget, whatever the entries'
+        /// size.
+        func nextPageEntries(lastPageBytes: Int, lastPageEntries: Int, budgetBytes: Int) -> UInt64 {
+            guard lastPageEntries > 0 else { return Self.firstPageEntries }
+            let perEntry = max(1, lastPageBytes / lastPageEntries)
+            return max(1, min(pageSize, UInt64(max(1, budgetBytes / perEntry))))
         }
 
         /// The outcome once every page is replayed.

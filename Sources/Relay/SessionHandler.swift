@@ -732,6 +732,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let bound = NIOLoopBound(self, eventLoop: loop)
         let loop = self.loop
         let currentEpoch = services.hub.epoch
+        // A page waits in memory while the client takes it: about half the outbound bound.
+        let budget = max(1, limits.bytes / 2)
         Task {
             do {
                 let position = try await journal.position()
@@ -740,8 +742,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                     return
                 }
                 var cursor = plan.start
-                while let page = plan.page(after: cursor) {
+                var pageEntries = ResumeStateMachine.Plan.firstPageEntries
+                while let page = plan.page(after: cursor, entries: pageEntries) {
                     let entries = try await journal.entries(after: page.after, through: page.through)
+                    pageEntries = plan.nextPageEntries(
+                        lastPageBytes: entries.reduce(0) { $0 + $1.payload.count },
+                        lastPageEntries: entries.count,
+                        budgetBytes: budget
+                    )
                     guard page.isWhole(entries) else {
                         // Pruned while reading.
                         loop.execute { bound.value.finishResume(.gap(current: plan.current), re: re) }

@@ -221,6 +221,23 @@ import Testing
         #expect(pages == [.init(after: 1, through: 5), .init(after: 5, through: 9), .init(after: 9, through: 10)])
     }
 
+    /// A page is held in memory while the client takes it: its entries are as many as fit in
+    /// the byte budget at the size the last page's had, within 1 and the page size.
+    @Test func pagesFollowTheSizeOfTheEntries() throws {
+        var machine = greeted()
+        let plan = try #require(start(&machine, after: 1, pageSize: 1_000))
+        #expect(plan.nextPageEntries(lastPageBytes: 0, lastPageEntries: 0, budgetBytes: 1 << 20) == 64)
+        // 64 entries of 10,000 bytes: 104 fit in 1 MiB.
+        #expect(plan.nextPageEntries(lastPageBytes: 640_000, lastPageEntries: 64, budgetBytes: 1 << 20) == 104)
+        // Entries larger than the budget: one at a time.
+        #expect(plan.nextPageEntries(lastPageBytes: 2_000_000, lastPageEntries: 1, budgetBytes: 1 << 20) == 1)
+        // Small entries: no more than the page size.
+        #expect(plan.nextPageEntries(lastPageBytes: 6_400, lastPageEntries: 64, budgetBytes: 1 << 20) == 1_000)
+        #expect(plan.page(after: 1, entries: 3) == .init(after: 1, through: 4))
+        #expect(plan.page(after: 1, entries: 0) == .init(after: 1, through: 2))
+        #expect(plan.page(after: 8, entries: 100) == .init(after: 8, through: 10))
+    }
+
     @Test func aPageSizeBelowOneIsOne() throws {
         var machine = greeted()
         let plan = try #require(start(&machine, after: 8, pageSize: 0))
