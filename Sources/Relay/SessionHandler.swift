@@ -608,7 +608,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func control(op: String, frame: ClientFrame, re: CorrelationID?) {
         switch op {
         case "ping":
-            write(OutboundFrame.op("pong", correlation: re))
+            write(OutboundFrame.op("pong", correlation: re), asked: true)
         case "subscribe", "unsubscribe":
             changeSubscriptions(subscribe: op == "subscribe", frame: frame, re: re)
         case "auth":
@@ -666,7 +666,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         write(
             OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
                 OutboundFrame.stringArray(&writer, "types", next.map(\.text))
-            }
+            },
+            asked: true
         )
     }
 
@@ -700,7 +701,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             idleTimer?.cancel()
             idleTimer = nil
             applySubscriptions(patterns, from: previousRole, to: role)
-            write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) })
+            write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) }, asked: true)
         case .refuse:
             logger.info("authentication refused")
             sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)
@@ -833,7 +834,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 OutboundFrame.op("resumed", correlation: re) { writer in
                     writer.field("from", from)
                     writer.field("to", to)
-                }
+                },
+                asked: true
             )
         case .gap(let current):
             services.hub.metrics.resumed(gap: true)
@@ -841,7 +843,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 OutboundFrame.op("gap", correlation: re) { writer in
                     writer.field("epoch", services.hub.epoch)
                     writer.field("seq", current)
-                }
+                },
+                asked: true
             )
         case .failed:
             sendError(.unavailable, "The journal cannot be read right now; try again.", re)
@@ -967,8 +970,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
     }
 
+    /// Answers a frame of the client's with an error: an answer it asked for, which waits even
+    /// past the outbound bound (no new frame is handled while answers back up, so a client that
+    /// sends junk and reads slowly is held back, not cut).
     private func sendError(_ code: RelayErrorCode, _ message: String, _ re: CorrelationID?) {
-        write(errorFrame(code, message, re))
+        write(errorFrame(code, message, re), asked: true)
     }
 
     /// An error frame to send, counted by its code (`errors_total`: every error answered, the

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import threading
 import time
 import urllib.request
 import uuid
@@ -103,3 +104,32 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
     assert grown < 60 * 1024, f"10 stalled resumes grew the daemon by {grown} KiB"
     for s in readers:
         s.close()
+
+
+@pytest.mark.parametrize("line", [b"x\n", b'{"op":"nope","id":1}\n'])
+@pytest.mark.daemon_args("--storage", "memory", "--max-queue-bytes", "65536", "--rate-limit", "1000000")
+def test_error_answers_are_back_pressure_not_a_reason_to_cut(daemon, line):
+    """Junk sent faster than its error answers are read: the answers are the client's own, so
+    the daemon stops reading (TCP back-pressure) instead of cutting it as a slow consumer, and
+    every one arrives."""
+    count = 20_000  # answers of about 90 bytes each: 1.8 MB, thirty times the bound
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    s.connect(("127.0.0.1", daemon.tcp_port))
+    s.settimeout(30)
+    received = b""
+    while b"\n" not in received:
+        received += s.recv(4096)
+    received = received.split(b"\n", 1)[1]
+    threading.Thread(target=s.sendall, args=(line * count,), daemon=True).start()
+    # A reader, but a slow one: 8 KB every 20 ms (400 KB/s).
+    while received.count(b"\n") < count:
+        chunk = s.recv(8192)
+        lines = received.count(b"\n")
+        assert chunk, f"closed after {lines} answers: {received[-300:]!r}"
+        received += chunk
+        time.sleep(0.02)
+    answers = [json.loads(raw) for raw in received.split(b"\n")[:count]]
+    codes = {answer.get("error", {}).get("code") for answer in answers}
+    assert codes <= {"invalid_json", "unknown_op"}, codes
+    s.close()
