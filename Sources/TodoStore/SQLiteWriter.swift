@@ -125,6 +125,15 @@ final class SQLiteWriter: @unchecked Sendable {
             if let handle { sqlite_nio_sqlite3_close_v2(handle) }
             throw Failure(code: opened, message: message)
         }
+        // SQLite opens a file it may not write (its mode, its owner) read-only without a word;
+        // every commit would then fail, and stay failing after the file is fixed.
+        if sqlite_nio_sqlite3_db_readonly(handle, "main") == 1 {
+            sqlite_nio_sqlite3_close_v2(handle)
+            throw Failure(
+                code: SQLITE_READONLY,
+                message: "the database file \(path) is not writable by the daemon's user (check its owner and mode)"
+            )
+        }
         let writer = SQLiteWriter(
             handle: handle,
             deferred: DeferredRows(limit: deferredTodos, retainedEntries: retainedEntries)

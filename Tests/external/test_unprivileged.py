@@ -91,3 +91,39 @@ def test_a_daemon_without_privileges_serves_tcp_and_http_and_the_cli_connects(un
     listed = subprocess.run(_as_nobody([binaries["cli"], "list", "--url", url]),
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and "Added by nobody" in listed.stdout, (listed, log.read_text())
+
+
+def test_a_database_file_the_user_cannot_write_refuses_the_start():
+    """SQLite opens a file it may not write read-only, without a word: the daemon would serve
+    and fail every write. It refuses to start instead, and says why."""
+    nobody = pwd.getpwnam("nobody")
+    home = Path(tempfile.mkdtemp(prefix="todostream-readonly-"))
+    try:
+        os.chmod(home, 0o755)
+        daemon = home / os.path.basename(daemon_binary())
+        shutil.copy(daemon_binary(), daemon)
+        os.chmod(daemon, 0o755)
+        data = home / "data"
+        # Made by root (a restore from a backup, say): the database file stays root's.
+        first = subprocess.Popen([str(daemon), "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",
+                                  "--http-listen", "127.0.0.1:0", "--port-file", str(home / "ports.json")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (home / "ports.json").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first start failed"
+            time.sleep(0.05)
+        first.terminate()
+        assert first.wait(timeout=30) == 0
+        for path in [data, *data.iterdir()]:
+            if path.name != "todostream.sqlite":
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(data / "todostream.sqlite", 0o644)
+        started = subprocess.run(
+            _as_nobody([str(daemon), "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",
+                        "--http-listen", "127.0.0.1:0", "--port-file", str(home / "again.json")]),
+            capture_output=True, text=True, timeout=60,
+        )
+        assert started.returncode == 1, started
+        assert "is not writable by the daemon's user" in started.stdout + started.stderr, started
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
