@@ -213,7 +213,15 @@ final class SQLiteWriter: @unchecked Sendable {
     func commit(_ batch: [CommitRecord], recordedAt: Int64, prune: JournalPrune?) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
         guard let last = batch.last else { return }
-        try checkNotMoved()
+        // The WAL's own check runs at every sync (SQLiteDataSyncVFS): a removed data directory
+        // fails the commit at once. The database file alone replaced or deleted is looked for
+        // at most every `movedCheckInterval`: its path look-up at every commit cost a single
+        // client a tenth of its rate.
+        let now = ContinuousClock.now
+        if now - lastMovedCheck >= Self.movedCheckInterval {
+            try checkNotMoved()
+            lastMovedCheck = now
+        }
         if !deferredKnown { try readDeferred() }
         // Noted before the transaction; a failure below makes the next commit read it back.
         deferredKnown = false
@@ -302,6 +310,10 @@ final class SQLiteWriter: @unchecked Sendable {
             )
         }
     }
+
+    /// How often a commit looks whether the database file is still where it was opened.
+    static let movedCheckInterval = Duration.milliseconds(20)
+    private var lastMovedCheck = ContinuousClock.now - .seconds(1)
 
     /// Refuses to write to a database file that is no longer where it was opened (deleted,
     /// with its directory or alone, or replaced): SQLite would go on writing to the open file,
