@@ -117,13 +117,13 @@ struct DaemonOptions: Sendable {
     }
 }
 
-/// A startup failure, said in one line.
 /// What `/metrics` reads from the store.
 struct StoreFigures: Sendable {
     var healthy: Bool
     var commitLatency: LatencyHistogram
 }
 
+/// A startup failure, said in one line.
 struct StartupError: Error, CustomStringConvertible {
     let message: String
     var description: String { message }

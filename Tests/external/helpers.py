@@ -654,3 +654,25 @@ def make_server_cert(directory: Path, ca: tuple[Path, Path], name: str = "server
     openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
             "-out", str(cert), "-days", "2", "-extfile", str(ext))
     return cert, key
+
+
+def wait_until(predicate, timeout=30.0, what="the condition"):
+    """Polls `predicate` (an outside state: a log, an endpoint, a file) until it is true, at most
+    `timeout` seconds; returns its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)  # polling an external state, bounded by the deadline
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory, in KiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")

@@ -29,7 +29,7 @@ import pytest
 
 from conftest import _die_with_parent, daemon_binary
 from helpers import (ClosedError, LineClient, WSClient, create_todo, delete, free_port, list_todos, make_ca, make_server_cert,
-                     new_detail, next_id, save_detail)
+                     new_detail, next_id, save_detail, wait_until)
 
 # --------------------------------------------------------------------------------------------
 # a PostgreSQL server of the test's own
@@ -167,17 +167,6 @@ def toggle(c, todo, timeout=10.0):
     """RequestToggleCompleteTodoViewModel for the todo with todo["id"]; returns the answer."""
     return c.request({"type": "RequestToggleCompleteTodoViewModel", "payload": {"todo": {"id": todo["id"]}}},
                      timeout=timeout)
-
-
-def wait_until(predicate, timeout=30.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)  # polling an external state, bounded by the deadline
 
 
 def broadcasts(c):

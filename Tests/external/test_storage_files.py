@@ -14,25 +14,15 @@ import urllib.request
 import pytest
 
 from conftest import daemon_binary
-from helpers import LineClient, create_todo, list_todos, new_detail, save_detail
+from helpers import LineClient, create_todo, new_detail, save_detail, wait_until
 
 
-def _healthz(daemon) -> int:
+def _get(daemon, path: str, timeout: float):
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/healthz", timeout=10) as answer:
-            return answer.status
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}{path}", timeout=timeout) as answer:
+            return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code
-
-
-def _until(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+        return error.code, error.read().decode()
 
 
 @pytest.mark.parametrize("removed", ["todostream.sqlite", "todostream.sqlite-wal"])
@@ -47,7 +37,7 @@ def test_a_store_file_deleted_under_the_daemon_fails_writes_and_health(daemon, r
                 break
             assert removed.endswith(".sqlite"), f"a commit into a deleted log was acknowledged: {reply}"
         assert reply.get("error", {}).get("code") == "unavailable", reply
-        _until(lambda: _healthz(daemon) == 503, "/healthz saying storage is down")
+        wait_until(lambda: _get(daemon, "/healthz", timeout=10)[0] == 503, what="/healthz saying storage is down")
         # Still refused: nothing is acknowledged into a file that is gone.
         reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="Later")
         assert reply.get("error", {}).get("code") == "unavailable", reply
@@ -71,14 +61,6 @@ def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
     assert started.returncode == 1, started
     assert "is missing or empty but its write-ahead log" in started.stderr, started.stderr
     assert wal.stat().st_size > 0, "the log was left as it was"
-
-
-def _get(daemon, path: str, timeout: float):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}{path}", timeout=timeout) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def test_health_and_metrics_answer_while_storage_is_stalled(daemon):
@@ -107,4 +89,4 @@ def test_health_and_metrics_answer_while_storage_is_stalled(daemon):
             holder.execute("ROLLBACK")
             holder.close()
         c.expect(lambda f: f.get("re") == "stalled", timeout=30)
-    _until(lambda: _get(daemon, "/healthz", timeout=15)[0] == 200, "/healthz healthy again")
+    wait_until(lambda: _get(daemon, "/healthz", timeout=15)[0] == 200, what="/healthz healthy again")

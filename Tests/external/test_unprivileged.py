@@ -34,6 +34,14 @@ def _as_nobody(command: list[str]) -> list[str]:
     return [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all", "--", *command]
 
 
+def _runnable_copy(path: str, home: Path) -> str:
+    """A copy of the binary at `path` in `home`, where nobody can run it."""
+    copy = home / os.path.basename(path)
+    shutil.copy(path, copy)
+    os.chmod(copy, 0o755)
+    return str(copy)
+
+
 @pytest.fixture
 def unprivileged_daemon():
     """A daemon started as nobody, with copies of the binaries it and the CLI need where nobody
@@ -41,12 +49,7 @@ def unprivileged_daemon():
     nobody = pwd.getpwnam("nobody")
     home = Path(tempfile.mkdtemp(prefix="todostream-unprivileged-"))
     os.chmod(home, 0o755)
-    binaries = {}
-    for name, path in (("daemon", daemon_binary()), ("cli", cli_binary())):
-        copy = home / os.path.basename(path)
-        shutil.copy(path, copy)
-        os.chmod(copy, 0o755)
-        binaries[name] = str(copy)
+    binaries = {"daemon": _runnable_copy(daemon_binary(), home), "cli": _runnable_copy(cli_binary(), home)}
     data = home / "data"
     data.mkdir()
     os.chown(data, nobody.pw_uid, nobody.pw_gid)
@@ -100,9 +103,7 @@ def test_a_database_file_the_user_cannot_write_refuses_the_start():
     home = Path(tempfile.mkdtemp(prefix="todostream-readonly-"))
     try:
         os.chmod(home, 0o755)
-        daemon = home / os.path.basename(daemon_binary())
-        shutil.copy(daemon_binary(), daemon)
-        os.chmod(daemon, 0o755)
+        daemon = _runnable_copy(daemon_binary(), home)
         data = home / "data"
         # Made by root (a restore from a backup, say): the database file stays root's.
         first = subprocess.Popen([str(daemon), "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",

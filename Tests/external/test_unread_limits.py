@@ -15,19 +15,11 @@ import uuid
 
 import pytest
 
-from helpers import LineClient
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+from helpers import LineClient, rss_kib
 
 
 def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
-    before = _rss_kib(daemon.pid)
+    before = rss_kib(daemon.pid)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", daemon.http_port))
@@ -51,7 +43,7 @@ def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
             sent += 1_000
             pending = memoryview(burst)
     assert sent < wanted, "the daemon read every request although no answer was taken"
-    grown = _rss_kib(daemon.pid) - before
+    grown = rss_kib(daemon.pid) - before
     assert grown < 50 * 1024, f"the daemon grew by {grown} KiB for {sent} pipelined requests"
     # Once the client reads, answers flow again, in order, whole.
     s.setblocking(True)
@@ -82,7 +74,7 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
                                 "subtitle": "s" * 9_000}})
             if index % 4 == 3:  # its own answers stay under the small bound
                 c.expect(lambda f, last=f"w{index}": f.get("re") == last and f.get("seq") is None, timeout=60)
-    before = _rss_kib(daemon.pid)
+    before = rss_kib(daemon.pid)
     readers = []
     for _ in range(10):
         s = socket.socket()
@@ -100,7 +92,7 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
         if queued >= 10 * 32 * 1024:
             break
         assert time.monotonic() < deadline, f"the replays did not back up: {queued} bytes queued"
-    grown = _rss_kib(daemon.pid) - before
+    grown = rss_kib(daemon.pid) - before
     assert grown < 60 * 1024, f"10 stalled resumes grew the daemon by {grown} KiB"
     for s in readers:
         s.close()
