@@ -327,9 +327,9 @@ private func dataSyncSync(_ file: UnsafeMutablePointer<sqlite3_file>?, _ flags: 
     }
     // A WAL deleted while open (no link left) takes every commit in it with it at the next
     // start: the commit fails instead of being acknowledged (SQLite updates its WAL index only
-    // after the sync, so the frames written are not part of the database).
-    var status = stat()
-    if fstat(state.pointee.descriptor, &status) == 0, status.st_nlink == 0 { return ioErrorSync }
+    // after the sync, so the frames written are not part of the database). Asked without
+    // reading the file's times, which would make the next sync write its inode (`LinkCount`).
+    if LinkCount.of(descriptor: state.pointee.descriptor) == 0 { return ioErrorSync }
     return SQLITE_OK
 }
 
