@@ -87,7 +87,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     /// Refused connections are logged at most once per 10 s, with a count of the others.
-    private let refusals = NIOLockedValueBox(RefusalLog())
+    private let refusals = NIOLockedValueBox(LogThrottle())
     private let children = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
     private let deflateCodecs: DeflateCodecs
 
@@ -249,7 +249,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             case .admitted:
                 break
             case .tooManyTotal, .tooManyFromIP:
-                if case .log(let leftOut) = refusals.withLockedValue({ $0.refused(at: .now()) }) {
+                if case .log(let leftOut) = refusals.withLockedValue({ $0.happened(at: ContinuousClock.now) }) {
                     logger.warning(
                         "connection refused: limit reached",
                         metadata: ["remote": "\(ip)", "refused.unlogged": "\(leftOut)"]

@@ -28,6 +28,9 @@ final class SQLiteBackend: StorageBackend {
     private let checkpoints: NIOLockedValueBox<Checkpoints>
     /// The data directory's lock, given up at `close()`.
     private let directoryLock: DirectoryLock?
+    /// Failed commits and checkpoints are logged the first time, then at most once per interval
+    /// with a count (storage that fails, a full disk, fails every batch: hundreds a second).
+    private let failureLogs = NIOLockedValueBox((commits: LogThrottle(), checkpoints: LogThrottle()))
 
     /// Commits between the starts of two background copies of the WAL.
     static let checkpointEvery = 64
@@ -247,7 +250,9 @@ final class SQLiteBackend: StorageBackend {
         do {
             try writer.commit(batch, recordedAt: recordedAt, prune: prune)
         } catch {
-            logger.error("commit failed", metadata: ["error": "\(error)"])
+            if case .log(let leftOut) = failureLogs.withLockedValue({ $0.commits.happened(at: ContinuousClock.now) }) {
+                logger.error("commit failed", metadata: ["error": "\(error)", "failures.unlogged": "\(leftOut)"])
+            }
             throw error
         }
         checkpointIfDue()
@@ -282,6 +287,7 @@ final class SQLiteBackend: StorageBackend {
     /// wait for it.
     private func checkpointIfDue() {
         let checkpointer = self.checkpointer
+        let failureLogs = self.failureLogs
         let checkpoints = self.checkpoints
         let logger = self.logger
         let writer = self.writer
@@ -300,7 +306,7 @@ final class SQLiteBackend: StorageBackend {
                             copied: row?.column("checkpointed")?.integer ?? 0
                         )
                     } catch {
-                        logger.warning("WAL checkpoint failed", metadata: ["error": "\(String(reflecting: error))"])
+                        Self.logCheckpointFailure(error, failureLogs, logger)
                     }
                     again = checkpoints.withLockedValue { state in
                         guard case .copyAgain = state.machine.copyEnded(result) else {
@@ -328,8 +334,21 @@ final class SQLiteBackend: StorageBackend {
                 logger.debug("WAL not restarted: a reader holds it", metadata: ["wal.frames": "\(walFrames)"])
             }
         } catch {
-            logger.warning("WAL checkpoint failed", metadata: ["error": "\(String(reflecting: error))"])
+            Self.logCheckpointFailure(error, failureLogs, logger)
         }
+    }
+
+    private static func logCheckpointFailure(
+        _ error: any Error,
+        _ logs: NIOLockedValueBox<(commits: LogThrottle, checkpoints: LogThrottle)>,
+        _ logger: Logger
+    ) {
+        guard case .log(let leftOut) = logs.withLockedValue({ $0.checkpoints.happened(at: ContinuousClock.now) })
+        else { return }
+        logger.warning(
+            "WAL checkpoint failed",
+            metadata: ["error": "\(String(reflecting: error))", "failures.unlogged": "\(leftOut)"]
+        )
     }
 
     func close() async {

@@ -41,7 +41,12 @@ def test_a_store_file_deleted_under_the_daemon_fails_writes_and_health(daemon, r
         # Still refused: nothing is acknowledged into a file that is gone.
         reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="Later")
         assert reply.get("error", {}).get("code") == "unavailable", reply
+        # Every later write fails too, and the log says so once, not once a batch.
+        for attempt in range(50):
+            reply, _ = save_detail(c, new_detail(c), expect_ok=False, title=f"Later {attempt}")
+            assert reply.get("error", {}).get("code") == "unavailable", reply
     assert "deleted or replaced" in daemon.log_text() or removed.endswith("-wal"), daemon.log_text()
+    assert daemon.log_text().count("commit failed") == 1, daemon.log_text()
 
 
 def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
