@@ -1205,7 +1205,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             }
         }
         lookAtTheDrainLater()
-        // Input is still read (and dropped) meanwhile, until the client closes its side.
+        // Input is still read meanwhile, until the client closes its side: dropped unparsed at
+        // the front of the pipeline, a few reads a second (`CutInputDrain`).
+        try? context.pipeline.syncOperations.addHandler(CutInputDrain(), position: .first)
         if case .read = inbound.readsResumedForClose() { context.read() }
     }
 

@@ -6,6 +6,7 @@ journal, not a page of a thousand entries whatever their size."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import threading
@@ -15,7 +16,7 @@ import uuid
 
 import pytest
 
-from helpers import LineClient, rss_kib
+from helpers import LineClient, new_detail, rss_kib, save_detail
 
 
 def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
@@ -125,3 +126,53 @@ def test_error_answers_are_back_pressure_not_a_reason_to_cut(daemon, line):
     codes = {answer.get("error", {}).get("code") for answer in answers}
     assert codes <= {"invalid_json", "unknown_op"}, codes
     s.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_what_a_cut_client_still_sends_costs_the_daemon_next_to_nothing(daemon_factory):
+    """A slow consumer that, once cut, sends as fast as it can: the daemon reads on (a close with
+    unread input would reset the connection and lose the notice) but drops the bytes unparsed, a
+    few reads a second, instead of parsing every line for nothing at the cost of a core for the
+    whole grace period. The client still gets its last frames and the notice, then the end."""
+    d = daemon_factory("--max-queue-bytes", "65536", "--storage", "memory")
+    slow = LineClient(d.tcp_port, rcvbuf=4096, name="slow")
+    slow.send({"op": "ping", "id": "start"})  # ends the start hold; its pong is read later
+    with LineClient(d.tcp_port, name="publisher") as pub:
+        detail = new_detail(pub)
+        _, first = save_detail(pub, detail, title="big", subtitle="s" * 10_000)
+        todo = first["payload"]["todo"]["id"]
+        for i in range(400):
+            pub.send({"type": "RequestUpdateDetailViewModel", "id": f"b{i}",
+                      "payload": {"todo": {"id": todo}, "title": f"big {i}", "subtitle": ("%05d" % i) * 2000}})
+            pub.expect(lambda f, rid=f"b{i}": f.get("re") == rid and "seq" in f, what=f"the broadcast for b{i}")
+            pub.backlog.clear()
+            if i % 10 == 9 and "todostream_slow_consumer_disconnects_total 1" in _metrics(d):
+                break
+        assert "todostream_slow_consumer_disconnects_total 1" in _metrics(d), "the slow client was not cut"
+    # Cut: it now sends pings (a frame each, the costliest input to parse) as fast as it can.
+    chunk = b'{"op":"ping"}\n' * 4096
+    slow.sock.setblocking(False)
+    cpu_before, sent = _cpu_seconds(d.pid), 0
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        try:
+            sent += slow.sock.send(chunk)
+        except BlockingIOError:
+            select.select([], [slow.sock], [], 0.05)
+    cpu = _cpu_seconds(d.pid) - cpu_before
+    assert cpu < 0.4, f"the daemon spent {cpu:.2f} s of CPU in 2 s on the {sent} bytes a cut client sent"
+    # Its frames, then the notice, then the end: read while it goes on sending nothing more.
+    slow.sock.setblocking(True)
+    frames = slow.expect_closed(timeout=60)
+    codes = [f["error"]["code"] for f in frames if isinstance(f.get("error"), dict)]
+    assert codes[-1:] == ["slow_consumer"], f"the last frame is the notice: {codes[-3:]}"
+
+
+def _metrics(d) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{d.http_port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
