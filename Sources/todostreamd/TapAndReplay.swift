@@ -119,7 +119,10 @@ func jsonLine(_ object: [String: Any]) -> String {
 struct Tap: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print every event of a running daemon as NDJSON (the seed's log-every-event observer).",
-        discussion: "Needs a monitor token: --token, or $TODOSTREAM_TAP_TOKEN."
+        discussion: """
+            Needs a monitor token: --token, or $TODOSTREAM_TAP_TOKEN. Runs until it is stopped; \
+            exits 1 when the daemon closes the connection (a restart, a stop).
+            """
     )
 
     @Option(help: "The daemon's NDJSON listener, HOST:PORT.")
@@ -163,6 +166,10 @@ struct Tap: AsyncParsableCommand {
                 FileHandle.standardOutput.write(Data((line + "\n").utf8))
             }
             FileHandle.standardError.write(Data("tap: the daemon closed the connection\n".utf8))
+            // The stream ended without being asked to: a script or a unit that runs the tap
+            // sees a failure, as it would of `tail -f` whose file went away, and can start it
+            // again.
+            throw ExitCode(1)
         }
     }
 }

@@ -414,3 +414,21 @@ def test_replay_into_a_daemon_stopped_midway_ends_with_its_summary(daemon, tmp_p
     assert replay.returncode == 2, stderr[-2000:]
     assert "refused: not sent: the daemon closed the connection" in stderr, stderr[-2000:]
     assert "replayed " in stderr.splitlines()[-1] and "differences" in stderr.splitlines()[-1], stderr[-2000:]
+
+
+@pytest.mark.daemon_args("--monitor-token", "tap-token-123")
+def test_tap_fails_when_the_daemon_closes_the_connection(daemon):
+    """The tap runs until stopped; a stream that ends on its own (the daemon stopped or
+    restarted) is a failure a script or a unit can see and act on, not a success."""
+    tap = subprocess.Popen([daemon_binary(), "tap", "--connect", f"127.0.0.1:{daemon.tcp_port}",
+                            "--token", "tap-token-123"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sock, reader, _ = line_client(daemon.tcp_port)
+        _write_until_tapped(tap, sock, reader, "ResponseTodo")
+        sock.close()
+        daemon.stop()
+        assert tap.wait(timeout=30) == 1, tap.stderr.read()
+        assert "tap: the daemon closed the connection" in tap.stderr.read()
+    finally:
+        tap.kill()
+        tap.wait()
