@@ -64,7 +64,7 @@ enum ConfigFile {
         "limits.max_connections_per_ip": .int(1...10_000_000),
         "limits.http_reserve_connections": .int(0...10_000),
         "limits.rate_limit_per_second": .int(1...10_000_000),
-        "limits.rate_limit_burst": .int(1...10_000_000),
+        "limits.rate_limit_burst": .int(1...maxRateLimitBurst),
         "limits.unauthenticated_idle_seconds": .int(1...86_400),
         "limits.handshake_timeout_ms": .int(100...3_600_000),
         "limits.initial_hold_ms": .int(0...10_000),
@@ -90,14 +90,30 @@ enum ConfigFile {
 
     /// Reads and checks a YAML file: its keys, flattened to `a.b` form.
     static func read(path: String) throws -> Values {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ConfigError(message: "cannot read config file \(path)")
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ConfigError(message: "cannot read config file \(path): no such file")
+        }
+        guard !isDirectory.boolValue else {
+            throw ConfigError(message: "cannot read config file \(path): it is a directory")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            let reason = FileManager.default.isReadableFile(atPath: path) ? "it cannot be read" : "permission denied"
+            throw ConfigError(message: "cannot read config file \(path): \(reason)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ConfigError(message: "cannot read config file \(path): it is not UTF-8 text")
         }
         return try parse(yaml: text, path: path)
     }
+
+    /// The largest `limits.rate_limit_burst`.
+    static let maxRateLimitBurst = 10_000_000
+
+    /// A YAML null (`~`, `null`, or nothing after the colon): a section left empty (its keys all
+    /// commented out) sets nothing; a setting with it is an error that says so (taken as text, a
+    /// `data_dir: ~` was a directory named `~`).
+    struct Null {}
 
     /// The shortest token accepted, from the config file or a flag.
     static let minimumTokenCharacters = 8
@@ -165,6 +181,7 @@ enum ConfigFile {
     static func value(of scalar: Node.Scalar) -> Any {
         let text = scalar.string
         guard scalar.style == .plain || scalar.style == .any else { return text }
+        if ["", "~", "null", "Null", "NULL"].contains(text) { return Null() }
         switch text.lowercased() {
         case "true", "yes", "on": return true
         case "false", "no", "off": return false
@@ -203,8 +220,11 @@ enum ConfigFile {
         for (name, value) in node {
             let key = prefix.isEmpty ? name : "\(prefix).\(name)"
             if keys[key] != nil {
+                // `limits.max_frame_bytes: …` beside a `limits:` section that sets it too.
+                guard flat[key] == nil else { throw ConfigError(message: "\(path): \(key) is given twice") }
                 flat[key] = value
             } else if keys.keys.contains(where: { $0.hasPrefix(key + ".") }) {
+                if value is Null { continue }
                 guard let nested = value as? [String: Any] else {
                     throw ConfigError(message: "\(path): \(key) must be a section (its keys indented below it)")
                 }
@@ -271,6 +291,11 @@ enum ConfigFile {
 
     private static func check(_ key: String, _ value: Any, name: String? = nil) throws {
         let label = name ?? key
+        if value is Null, keys[key] != nil {
+            throw ConfigError(
+                message: "\(label) has no value (~, null or nothing after the colon): give one, or leave it out for its default"
+            )
+        }
         switch keys[key] {
         case .none:
             throw ConfigError(message: "unknown key \(label)")

@@ -95,7 +95,7 @@ struct SettingsOptions: ParsableArguments {
 
     @Option(
         name: .customLong("rate-limit"),
-        help: "Frames per second per connection (default 1000); sets the burst to twice it."
+        help: "Frames per second per connection (default 1000); sets the burst to twice it (at most 10000000)."
     )
     var rateLimit: Int?
 
@@ -133,9 +133,10 @@ struct SettingsOptions: ParsableArguments {
         flags["limits.max_connections"] = maxConnections
         if let rateLimit {
             flags["limits.rate_limit_per_second"] = rateLimit
-            // Out of range either way when it would overflow: the range check names the flag.
-            flags["limits.rate_limit_burst"] =
-                rateLimit.multipliedReportingOverflow(by: 2).overflow ? rateLimit : rateLimit * 2
+            // Twice the rate, kept within the burst's own range: a rate out of range is refused
+            // by its own check, with the number given (not the burst's).
+            let (twice, overflow) = rateLimit.multipliedReportingOverflow(by: 2)
+            flags["limits.rate_limit_burst"] = min(max(overflow ? Int.max : twice, 1), ConfigFile.maxRateLimitBurst)
         }
         flags["log_level"] = logLevel
         try ConfigFile.apply(try ConfigFile.checked(flags, naming: ConfigFile.flagName), to: &options)

@@ -46,6 +46,59 @@ import Glibc
         #expect(huge?.contains("--rate-limit is \(Int.max), out of range") == true)
     }
 
+    /// A rate whose burst (twice it) would be out of range gets the largest burst, and a rate
+    /// out of range is named with the number given, not its burst's.
+    @Test func theRateLimitFlagsBurstStaysInItsRange() throws {
+        let options = try resolve(nil, flags: ["--rate-limit", "6000000"])
+        #expect(options.relay.rateLimitPerSecond == 6_000_000)
+        #expect(options.relay.rateLimitBurst == 10_000_000)
+        #expect(
+            message(nil, flags: ["--rate-limit", "20000000"]) == "--rate-limit is 20000000, out of range 1...10000000"
+        )
+        #expect(message(nil, flags: ["--rate-limit", "0"]) == "--rate-limit is 0, out of range 1...10000000")
+    }
+
+    /// A YAML null is no value: a section whose keys are all commented out sets nothing; a
+    /// setting left null is an error naming it (as text, `data_dir: ~` was a directory `~`).
+    @Test func aNullSectionIsEmptyAndANullSettingIsAnError() throws {
+        let commented = try resolve("limits:\n  # max_frame_bytes: 1024\nstore:\n")
+        #expect(commented.relay.maxFrameBytes == (try resolve(nil)).relay.maxFrameBytes)
+        for null in ["~", "null", "NULL", ""] {
+            let problem = message("data_dir: \(null)\n")
+            #expect(
+                problem?.hasSuffix(
+                    ": data_dir has no value (~, null or nothing after the colon): give one, or leave it out for its default"
+                ) == true,
+                "\(problem ?? "nil")"
+            )
+        }
+        #expect(message("tls:\n  cert: ~\n")?.contains("tls.cert has no value") == true)
+        // Quoted, it is the text.
+        #expect(message("log_level: \"null\"\n")?.contains("log_level must be one of") == true)
+    }
+
+    /// A setting given both in its section and in the dotted form is refused, not taken at
+    /// random from the two.
+    @Test func aSettingGivenTwiceIsRefused() {
+        let problem = message("limits.max_frame_bytes: 1024\nlimits:\n  max_frame_bytes: 2048\n")
+        #expect(problem?.hasSuffix(": limits.max_frame_bytes is given twice") == true, "\(problem ?? "nil")")
+    }
+
+    /// A config file that cannot be read says why.
+    @Test func anUnreadableConfigFileSaysWhy() throws {
+        #expect(
+            message(nil, flags: ["--config", "/nonexistent/todostreamd.yaml"])
+                == "cannot read config file /nonexistent/todostreamd.yaml: no such file"
+        )
+        let directory = NSTemporaryDirectory()
+        #expect(
+            message(nil, flags: ["--config", directory]) == "cannot read config file \(directory): it is a directory"
+        )
+        let path = NSTemporaryDirectory() + "config-\(UUID().uuidString).yaml"
+        try Data([0xFF, 0xFE, 0x00]).write(to: URL(fileURLWithPath: path))
+        #expect(message(nil, flags: ["--config", path]) == "cannot read config file \(path): it is not UTF-8 text")
+    }
+
     @Test func theShippedExampleHoldsExactlyTheDefaults() throws {
         let fromFile = try SettingsOptions.parse(["--config", Self.example]).resolve(environment: [:])
         var defaults = try SettingsOptions.parse([]).resolve(environment: [:])
