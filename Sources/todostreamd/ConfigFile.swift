@@ -293,7 +293,8 @@ enum ConfigFile {
         let label = name ?? key
         if value is Null, keys[key] != nil {
             throw ConfigError(
-                message: "\(label) has no value (~, null or nothing after the colon): give one, or leave it out for its default"
+                message: "\(label) has no value (~, null or nothing after the colon): "
+                    + "give one, or leave it out for its default"
             )
         }
         switch keys[key] {
