@@ -338,7 +338,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 transport: tls == nil ? "tcp" : "tls",
                 remoteIP: channel.remoteAddress?.ipAddress ?? "?",
                 startMode: tls == nil ? .onActive : .onTLSHandshake,
-                socket: descriptor
+                socket: descriptor,
+                maxFrameBytes: configuration.maxFrameBytes
             )
         )
     }
@@ -421,7 +422,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                             preauthenticated: role,
                             webSocketCompression: deflate != nil,
                             // Uncompressed frames, not encrypted: the hub's runs go as they are.
-                            socket: deflate == nil ? descriptor : nil
+                            socket: deflate == nil ? descriptor : nil,
+                            maxFrameBytes: configuration.maxFrameBytes
                         )
                     )
                 }

@@ -129,7 +129,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         startMode: StartMode,
         preauthenticated: Role? = nil,
         webSocketCompression: Bool = false,
-        socket: CInt? = nil
+        socket: CInt? = nil,
+        maxFrameBytes: Int? = nil
     ) {
         self.socket = socket
         self.socketWrites = SocketWriteStateMachine(direct: socket != nil)
@@ -148,6 +149,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.configurationVersion = version
         self.configurationCopy = configuration
         self.queueLimits = (configuration.maxQueueBytes, configuration.maxQueueFrames)
+        self.maxFrameBytes = maxFrameBytes ?? configuration.maxFrameBytes
         self.bucket = TokenBucket(burst: configuration.rateLimitBurst)
         var logger = services.logger
         logger[metadataKey: "connection.id"] = "\(id)"
@@ -178,6 +180,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         queueLimits = (configurationCopy.maxQueueBytes, configurationCopy.maxQueueFrames)
     }
     private var configurationCopy: RelayConfiguration
+    /// The largest frame this connection's transport takes: set when it opened, as its framing
+    /// was (a reload changes it for connections opened after it), and named in `frame_too_large`.
+    private let maxFrameBytes: Int
 
     // MARK: Lifecycle
 
@@ -440,7 +445,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case .tooLarge:
             sendError(
                 .frameTooLarge,
-                "The frame is larger than \(configuration.maxFrameBytes) bytes; it was dropped.",
+                "The frame is larger than \(maxFrameBytes) bytes; it was dropped.",
                 nil
             )
         case .binary:

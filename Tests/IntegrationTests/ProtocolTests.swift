@@ -189,6 +189,27 @@ import Testing
         }
     }
 
+    /// A reload's `max_frame_bytes` applies to connections opened after it; one opened before
+    /// keeps its own limit, and its `frame_too_large` names that limit, not the new one.
+    @Test func aFrameTooLargeNamesTheConnectionsOwnLimitAfterAReload() async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 512 })) { daemon in
+            let (old, _) = try await daemon.client()
+            let settings = daemon.relay.settings
+            var raised = settings.configuration
+            raised.maxFrameBytes = 2048
+            settings.update(configuration: raised, auth: settings.auth)
+            let (new, _) = try await daemon.client()
+            let line = #"{"op":"ping","id":"big","pad":""# + String(repeating: "x", count: 1000) + "\"}\n"
+            try await old.send(line)
+            let refused = try await old.json()
+            #expect(errorCode(refused) == "frame_too_large")
+            let message = try #require((refused["error"] as? [String: Any])?["message"] as? String)
+            #expect(message.contains("larger than 512 bytes"), "\(message)")
+            try await new.send(line)
+            #expect(try await new.json()["re"] as? String == "big")
+        }
+    }
+
     @Test func anOversizedLineIsDroppedAsItArrivesAndTheConnectionStays() async throws {
         try await withDaemon { daemon in
             let (client, _) = try await daemon.client()
