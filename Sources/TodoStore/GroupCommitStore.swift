@@ -32,7 +32,9 @@ public actor GroupCommitStore: TodoStore, JournalReader {
     private var executing = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
     public private(set) var commitLatency = LatencyHistogram()
-    private var commitsSincePrune = 0
+    /// Commits since the journal was last pruned: the first commit after a start prunes, so
+    /// that a retention lowered at a restart holds from the first write on.
+    private var commitsSincePrune = GroupCommitStore.commitsPerPrune - 1
     /// The mids of the writes the journal holds, trimmed with it.
     private var mutations: RememberedMutations
     /// A journal prune rides along with every this-many commits.

@@ -43,8 +43,9 @@ public actor PostgresStore: ServedStore {
     /// Whether other daemons have lately committed (their entries published here).
     public nonisolated let otherCommitters = OtherCommitters()
     public internal(set) var commitLatency = LatencyHistogram()
-    /// Commits since the journal was last pruned (`commit`).
-    var commitsSincePrune = 0
+    /// Commits since the journal was last pruned (`commit`): the first commit after a start
+    /// prunes, so that a retention lowered at a restart holds from the first write on.
+    var commitsSincePrune = GroupCommitStore.commitsPerPrune - 1
     /// Every todo as of a head, for reads that find the head unmoved (`KnownTodos`).
     var known: KnownTodos?
     /// What this daemon last wrote of each todo, to stage a batch without reading it first.

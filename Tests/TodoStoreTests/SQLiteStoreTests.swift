@@ -235,6 +235,24 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         await store.close()
     }
 
+    /// A retention lowered at a restart holds from the first commit after it, not only once
+    /// the commits have come round to the next prune (64 later).
+    @Test func aRetentionLoweredAtARestartHoldsFromTheFirstCommit() async throws {
+        let directory = temporaryDirectory()
+        let first = try await GroupCommitStore.sqlite(directory: directory)
+        for index in 0..<100 { _ = try await create(first, "t\(index)") }
+        await first.close()
+        let store = try await GroupCommitStore.sqlite(
+            directory: directory,
+            retention: JournalRetention(maxEntries: 5, maxAgeSeconds: 0)
+        )
+        _ = try await create(store, "after the restart")
+        let position = try await store.position()
+        #expect(position.head == 101)
+        #expect(position.oldest == 97)
+        await store.close()
+    }
+
     @Test func theInMemoryJournalIsPrunedToItsRetentionAndStillReadsInOrder() async throws {
         let (store, _) = await GroupCommitStore.inMemory(retention: JournalRetention(maxEntries: 10, maxAgeSeconds: 0))
         // A prune rides along every 64 commits: past 2,100 commits the pruned entries are also
