@@ -18,21 +18,12 @@ final class CutInputDrain: ChannelDuplexHandler, RemovableChannelHandler {
     static let pace = TimeAmount.milliseconds(10)
     static let readBytes = 64 << 10
 
-    private let pace: TimeAmount
-    private var lastRead: NIODeadline?
-    private var state = State.idle
+    private var pace: ReadPaceStateMachine
     /// Bytes read and dropped.
     private(set) var droppedBytes = 0
 
-    private enum State {
-        case idle
-        /// A read is due at the end of the pace; further requests wait for it.
-        case readScheduled
-        case removed
-    }
-
     init(pace: TimeAmount = CutInputDrain.pace) {
-        self.pace = pace
+        self.pace = ReadPaceStateMachine(pace: pace)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -46,7 +37,7 @@ final class CutInputDrain: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        state = .removed
+        pace.stopped()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -54,21 +45,17 @@ final class CutInputDrain: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        guard case .idle = state else { return }
-        let now = context.eventLoop.now
-        guard let lastRead, now < lastRead + pace else {
-            self.lastRead = now
+        switch pace.readRequested(now: context.eventLoop.now) {
+        case .read:
             context.read()
-            return
-        }
-        state = .readScheduled
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.scheduleTask(deadline: lastRead + pace) {
-            let (drain, context) = bound.value
-            guard case .readScheduled = drain.state else { return }
-            drain.state = .idle
-            drain.lastRead = context.eventLoop.now
-            context.read()
+        case .readAt(let deadline):
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(deadline: deadline) {
+                let (drain, context) = bound.value
+                if drain.pace.scheduledTimeCame(now: context.eventLoop.now) { context.read() }
+            }
+        case .none:
+            break
         }
     }
 }
