@@ -242,13 +242,19 @@ struct ResumeStateMachine {
         case .replaying(let plan, let held):
             state = .idle
             // Live broadcasts the client already had before (seq <= after) or that were just
-            // replayed are not sent twice.
+            // replayed are not sent twice; after a gap, none it will refetch with the state as
+            // of the gap's seq (they would take its seq backwards).
             var skipThrough: UInt64 = 0
-            if case .resumed(let from, _) = outcome {
+            switch outcome {
+            case .resumed(let from, _):
                 skipThrough = max(from - 1, plan.replayThrough)
-                liveFloor = max(liveFloor, skipThrough)
                 ledger.replayed(after: plan.after, through: plan.replayThrough, types: plan.types)
+            case .gap(let current):
+                skipThrough = current
+            case .failed:
+                break
             }
+            liveFloor = max(liveFloor, skipThrough)
             return .answer(release: held.frames(after: skipThrough))
         }
     }

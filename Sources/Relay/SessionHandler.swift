@@ -1288,8 +1288,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Sends `draining` (called at shutdown).
     func sendDraining(reconnectAfterMs: Int) {
-        // Goes out at once, ahead of anything held back: the connection is about to close.
-        releaseStartHold()
+        // Goes out at once, ahead of anything held back, and without ending the start hold: a
+        // client whose `resume` (its first frame) is on its way gets its replay before the
+        // broadcasts held for it, as always. Released here, they went out first, and a client
+        // that reconnects on `draining` from the last seq it saw skipped the replay's range.
+        // Held broadcasts the connection's close drops, the client's resume brings again.
         write(OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) })
         flush()
     }

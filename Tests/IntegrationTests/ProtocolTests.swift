@@ -795,6 +795,31 @@ import Testing
         }
     }
 
+    /// A graceful shutdown that begins while a client's start hold is on sends it `draining`
+    /// without the broadcasts held for it: its `resume`, which may be on its way, comes first.
+    /// (They went out ahead of `draining`; a client that then reconnected from the last seq it
+    /// saw had skipped the range its resume asked for.)
+    @Test func drainingDuringTheStartHoldLeavesTheHeldBroadcastsToTheResume() async throws {
+        try await withDaemon(.custom({ $0.relay.initialHoldMs = 30_000 })) { daemon in
+            let (writer, _) = try await daemon.client()
+            let created = try await writer.createTodo("Held")
+            let id = try #require(todoID(created))
+            let late = try await TestConnection.connect(port: daemon.tcpPort)
+            let hello = try await late.json()
+            let seen = try #require(hello["seq"] as? Int)
+            try await toggle(id, times: 3, from: writer)
+            _ = try await writer.json(until: { ($0["re"] as? Int) == 2 && $0["seq"] != nil }, timeout: .seconds(30))
+            await daemon.shutdown()
+            let rest = String(decoding: try await late.waitForClose(), as: UTF8.self)
+            let frames = rest.split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+            #expect(frames.first?["op"] as? String == "draining", "\(rest)")
+            let broadcasts = frames.compactMap { $0["seq"] as? Int }.filter { $0 > seen }
+            #expect(broadcasts.isEmpty, "held broadcasts went out with no resume asked for: \(broadcasts)")
+        }
+    }
+
     /// Toggles todo `id` `times` times from `writer`, in a burst; the writer reads its own
     /// answers as it goes (it is no slow consumer itself).
     private func toggle(_ id: String, times count: Int, from writer: TestConnection) async throws {

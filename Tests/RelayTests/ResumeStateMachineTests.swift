@@ -104,11 +104,11 @@ import Testing
         #expect(machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100) == .held)
         #expect(machine.replayEnded(plan.resumed) == .answer(release: []))
         #expect(machine.liveFloor == 20)
-        // A gap sets no floor.
+        // A gap sets the floor at its seq: the client refetches the state as of it.
         var other = greeted()
         _ = try #require(start(&other, after: 20))
         _ = other.replayEnded(.gap(current: 12))
-        #expect(other.liveFloor == 0)
+        #expect(other.liveFloor == 12)
     }
 
     @Test func aSecondResumeSendsNothingTheFirstReplayed() throws {
@@ -286,13 +286,18 @@ import Testing
         #expect(machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100) == .notHeld)
     }
 
-    @Test func aGapReleasesEverythingHeld() throws {
+    /// A gap releases what is held past its seq; broadcasts up to it are in the state the
+    /// client refetches, and sent after the gap they would take its seq backwards.
+    @Test func aGapReleasesWhatIsHeldPastItsSeq() throws {
         var machine = greeted()
         _ = try #require(start(&machine, after: 3))
+        _ = machine.hold(frame("s11"), seq: 11, maxBytes: 1_000, maxFrames: 100)
+        _ = machine.hold(frame("s12"), seq: 12, maxBytes: 1_000, maxFrames: 100)
         _ = machine.hold(frame("s13"), seq: 13, maxBytes: 1_000, maxFrames: 100)
         _ = machine.hold(frame("reply"), seq: nil, maxBytes: 1_000, maxFrames: 100)
         #expect(machine.replayEnded(.gap(current: 12)) == .answer(release: [frame("s13"), frame("reply")]))
         #expect(machine.state == .idle)
+        #expect(machine.liveFloor == 12)
     }
 
     @Test func aSlowConsumerDuringTheReplayIsOverTheBound() throws {
