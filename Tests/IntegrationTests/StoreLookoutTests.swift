@@ -5,7 +5,7 @@ import Testing
 
 /// `/healthz` and `/metrics` ask the store through a `StoreLookout`: a store that does not
 /// answer (its thread held by a storage stall) gets the stalled answer after the patience, and is
-/// not asked again while the first question waits.
+/// not asked again while the first question waits; callers that come meanwhile share its answer.
 @Suite struct StoreLookoutTests {
     /// A question that is answered only when the test says so.
     final class Gate: Sendable {
@@ -34,6 +34,23 @@ import Testing
         let lookout = StoreLookout(initial: true, patience: .seconds(30))
         #expect(await lookout.value({ false }, stalled: { _ in true }) == false)
         #expect(await lookout.value({ true }, stalled: { _ in false }) == true)
+    }
+
+    /// Callers that come while a question is on its way share its answer: two health checks
+    /// a moment apart both get the store's answer, not one of them "down" at once.
+    @Test func callersThatComeTogetherShareTheAnswer() async {
+        let lookout = StoreLookout(initial: true, patience: .seconds(30))
+        let gate = Gate()
+        async let first = lookout.value({ await gate.ask() }, stalled: { _ in false })
+        while gate.asked.withLockedValue({ $0 }) == 0 { await Task.yield() }
+        async let second = lookout.value({ await gate.ask() }, stalled: { _ in false })
+        async let third = lookout.value({ await gate.ask() }, stalled: { _ in false })
+        // The later callers are waiting on the first question (none of them asked again).
+        try? await Task.sleep(for: .milliseconds(50))
+        gate.open(true)
+        let answers = await [first, second, third]
+        #expect(answers == [true, true, true])
+        #expect(gate.asked.withLockedValue { $0 } == 1)
     }
 
     @Test func aStalledStoreGetsTheStalledAnswerAndOneQuestionOnly() async {
