@@ -58,7 +58,8 @@ public actor GroupCommitStore: TodoStore, JournalReader {
         }
     }
 
-    /// Whether storage takes writes: the last commit succeeded. After one failed, each look
+    /// Whether storage takes writes: the last commit succeeded, and (while it did) the store's
+    /// files are still there (`StorageBackend.checkFiles`, no write). After one failed, each look
     /// (at most one a second) makes a probe write, so that the store reports healthy again as
     /// soon as storage takes writes (a disk with room again), without waiting for a client's
     /// write: a load balancer that took the daemon out of rotation sends it none.
@@ -66,6 +67,11 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     public var isHealthy: Bool {
         get async {
+            if healthy, !executing {
+                // Files deleted or replaced under the daemon: down now, not at the next write.
+                do { try await backend.checkFiles() } catch { healthy = false }
+                return healthy
+            }
             guard !healthy, !executing else { return healthy }
             let now = ContinuousClock.now
             if let last = lastProbe, now - last < probeInterval { return healthy }

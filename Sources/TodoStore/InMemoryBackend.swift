@@ -82,6 +82,9 @@ final class InMemoryBackend: StorageBackend {
         if state.withLockedValue({ $0.failCommits }) { throw CommitFailed() }
     }
 
+    /// No files.
+    nonisolated(nonsending) func checkFiles() async throws {}
+
     func close() async {}
 }
 

@@ -238,6 +238,12 @@ final class SQLiteBackend: StorageBackend {
         try writer.probe(at: Timestamp.now().millisecondsSince1970)
     }
 
+    /// The database file and the WAL looked for, on the store's thread (no write).
+    nonisolated(nonsending) func checkFiles() async throws {
+        assert(thread.isCurrent, "the writer's files are looked at on the store's thread")
+        try writer.checkFiles()
+    }
+
     /// Commits synchronously: the caller is the store, on the store's thread.
     nonisolated(nonsending) func commit(
         _ batch: [CommitRecord],

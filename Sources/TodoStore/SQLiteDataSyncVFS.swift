@@ -139,6 +139,14 @@ final class SQLiteDataSyncVFS: @unchecked Sendable {
         return copy
     }
 
+    /// The link count of `file` when it is a WAL file of this VFS (its methods are ours), asked
+    /// on the VFS's own descriptor (`LinkCount`); nil for any other file.
+    func walLinkCount(_ file: UnsafeMutablePointer<sqlite3_file>) -> UInt32? {
+        let copy = lock.withLock { patched?.copy }
+        guard let copy, let methods = file.pointee.pMethods, methods == UnsafePointer(copy) else { return nil }
+        return LinkCount.of(descriptor: state(of: file).pointee.descriptor)
+    }
+
     func state(of file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutablePointer<FileState> {
         UnsafeMutableRawPointer(file).advanced(by: stateOffset).assumingMemoryBound(to: FileState.self)
     }

@@ -217,6 +217,7 @@ final class SQLiteWriter: @unchecked Sendable {
         // fails the commit at once. The database file alone replaced or deleted is looked for
         // at most every `movedCheckInterval`: its path look-up at every commit cost a single
         // client a tenth of its rate.
+        if let gone { throw gone }
         let now = ContinuousClock.now
         if now - lastMovedCheck >= Self.movedCheckInterval {
             try checkNotMoved()
@@ -302,6 +303,7 @@ final class SQLiteWriter: @unchecked Sendable {
     /// (Writing a value unchanged would not do: SQLite leaves a page it would not change alone.)
     func probe(at now: Int64) throws {
         guard let statements else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        if let gone { throw gone }
         try checkNotMoved()
         try transaction(statements) {
             try execute(
@@ -310,6 +312,28 @@ final class SQLiteWriter: @unchecked Sendable {
             )
         }
     }
+
+    /// Refuses, as a commit would, once the database file or the write-ahead log is no longer
+    /// where it was opened (deleted, with its directory or alone, or replaced): what `/healthz`
+    /// looks at while commits succeed, so that it says so before a write fails. Writes nothing.
+    func checkFiles() throws {
+        guard let handle else { throw Failure(code: SQLITE_MISUSE, message: "the writer is closed") }
+        try checkNotMoved()
+        var wal: UnsafeMutablePointer<sqlite3_file>?
+        let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal)
+        guard result == SQLITE_OK, let wal, SQLiteDataSyncVFS.shared?.walLinkCount(wal) == 0 else { return }
+        let failure = Failure(
+            code: SQLITE_IOERR,
+            message: "the write-ahead log was deleted or replaced while the daemon ran; nothing more is written to it "
+                + "(restart the daemon once the data directory is restored)"
+        )
+        gone = failure
+        throw failure
+    }
+
+    /// A store file found deleted or replaced: every commit and probe fails with it from then
+    /// on, whatever found it (a commit's check, or `checkFiles` for `/healthz`).
+    private var gone: Failure?
 
     /// How often a commit looks whether the database file is still where it was opened.
     static let movedCheckInterval = Duration.milliseconds(20)
@@ -323,11 +347,13 @@ final class SQLiteWriter: @unchecked Sendable {
         var moved: Int32 = 0
         let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)
         guard result == SQLITE_OK, moved != 0 else { return }
-        throw Failure(
+        let failure = Failure(
             code: SQLITE_IOERR,
             message: "the database file was deleted or replaced while the daemon ran; nothing more is written to it "
                 + "(restart the daemon once the data directory is restored)"
         )
+        gone = failure
+        throw failure
     }
 
     /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is

@@ -33,5 +33,8 @@ protocol StorageBackend: Sendable {
     /// A small write that storage must accept, changing nothing the store reads: after a failed
     /// commit, how the store learns that storage takes writes again. Throws what a commit would.
     nonisolated(nonsending) func probe() async throws
+    /// Whether storage's files are still there, with no write (what `/healthz` asks while
+    /// commits succeed). Throws what a commit would once they are not.
+    nonisolated(nonsending) func checkFiles() async throws
     func close() async
 }

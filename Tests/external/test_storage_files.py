@@ -49,6 +49,20 @@ def test_a_store_file_deleted_under_the_daemon_fails_writes_and_health(daemon, r
     assert daemon.log_text().count("commit failed") == 1, daemon.log_text()
 
 
+@pytest.mark.parametrize("removed", ["todostream.sqlite", "todostream.sqlite-wal"])
+def test_health_says_a_deleted_store_file_is_down_before_any_write(daemon, removed):
+    """A load balancer learns it from /healthz, not from the first client whose write fails."""
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        create_todo(c, "Before")
+        assert _get(daemon, "/healthz", timeout=10)[0] == 200
+        (daemon.data_dir / removed).unlink()
+        status, body = _get(daemon, "/healthz", timeout=10)
+        assert status == 503, body
+        assert '"storage":"down"' in body, body
+        reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="After")
+        assert reply.get("error", {}).get("code") == "unavailable", reply
+
+
 def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
     with LineClient(daemon.tcp_port, name="writer") as c:
         create_todo(c, "Kept in the log")
