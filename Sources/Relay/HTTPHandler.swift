@@ -17,6 +17,9 @@ public struct HealthReport: Sendable {
     public var epoch: String
     /// Times this daemon gave up on seqs pruned from a shared journal before it read them.
     public var resyncs: Int
+    /// The daemon is shutting down gracefully: `/healthz` says 503, so that a load balancer
+    /// (which may ask on a connection kept open from before) stops sending clients here.
+    public var draining = false
 
     public init(storageOK: Bool, connections: Int, seq: UInt64, epoch: String, resyncs: Int = 0) {
         self.resyncs = resyncs
@@ -169,9 +172,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     handler.respond(
                         context,
                         head,
-                        report.storageOK ? .ok : .serviceUnavailable,
+                        report.storageOK && !report.draining ? .ok : .serviceUnavailable,
                         "application/json",
-                        body
+                        body,
+                        // The connection ends with the daemon: a checker asks again elsewhere.
+                        close: report.draining
                     )
                 }
             }
@@ -350,7 +355,7 @@ struct JSONWriterProxy {
     mutating func health(_ report: HealthReport) -> [UInt8] {
         var writer = EventStreamJSON()
         writer.beginObject()
-        writer.field("status", report.storageOK ? "ok" : "unavailable")
+        writer.field("status", report.draining ? "draining" : report.storageOK ? "ok" : "unavailable")
         writer.field("storage", report.storageOK ? "ok" : "down")
         writer.field("connections", report.connections)
         writer.field("seq", report.seq)

@@ -82,6 +82,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     private let group: any EventLoopGroup
     private let tlsContext: NIOLockedValueBox<NIOSSLContext?>
     private let health: @Sendable () async -> HealthReport
+    /// Set when the drain begins (`drain()`): `/healthz` says `draining` and 503 from then on.
+    private let draining = NIOLockedValueBox(false)
     private let metrics: @Sendable () async -> String
     private let assets: HTTPAssets
     private let logger: Logger
@@ -431,7 +433,11 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         )
         let httpHandler = HTTPHandler(
             requestTimeout: .milliseconds(Int64(configuration.handshakeTimeoutMs)),
-            health: health,
+            health: { [draining, health] in
+                var report = await health()
+                report.draining = draining.withLockedValue { $0 }
+                return report
+            },
             metrics: metrics,
             originAllowed: { Self.originAllowed($0, allowed: allowedOrigins, loopbackListener: loopbackListener) },
             sessionsFull: { hub.connectionCount > settings.configuration.maxConnections },
@@ -519,6 +525,7 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
     /// Stops accepting, tells clients `draining`, waits (bounded) for in-flight requests, then
     /// closes every connection.
     public func drain() async {
+        draining.withLockedValue { $0 = true }
         let (channels, streamListeners) = state.withLockedValue { state in
             defer {
                 state.serverChannels = []

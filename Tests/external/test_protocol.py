@@ -6,6 +6,7 @@ Tests never assume a fresh stream: they read the current seq from the hello and 
 todos they created.
 """
 
+import http.client
 import json
 import re
 import signal
@@ -516,6 +517,34 @@ def test_draining_is_sent_before_graceful_shutdown(daemon_factory):
         assert any(f.get("op") == "draining" for f in c2.expect_closed(timeout=30)), "every client gets draining"
     rc = d.proc.wait(timeout=30)
     assert rc == 0, f"SIGTERM must exit 0, got {rc}\n{d.log_text()}"
+
+
+def test_healthz_says_draining_during_a_graceful_shutdown(daemon_factory):
+    """A load balancer that checks over a connection kept open from before the stop learns that
+    the daemon is going (503, "draining"), instead of 200 for the whole drain."""
+    d = daemon_factory()
+    checker = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=10)
+    checker.request("GET", "/healthz")
+    answer = checker.getresponse()
+    assert answer.status == 200 and json.loads(answer.read())["status"] == "ok"
+    # A client whose answers back up (it reads nothing) keeps the drain going for its timeout.
+    stalled = socket.create_connection(("127.0.0.1", d.tcp_port))
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sendall(b'{"op":"ping"}\n' * 20_000)
+    d.signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while True:
+        checker.request("GET", "/healthz")
+        answer = checker.getresponse()
+        body = json.loads(answer.read())
+        if answer.status == 503:
+            break
+        assert time.monotonic() < deadline, f"/healthz still says {answer.status} {body} during the drain"
+        time.sleep(0.05)
+    assert body["status"] == "draining", body
+    assert answer.getheader("Connection") == "close", answer.getheaders()
+    stalled.close()
+    assert d.proc.wait(timeout=30) == 0
 
 
 def test_sigterm_right_after_the_port_file_exits_0(daemon_factory):
