@@ -62,12 +62,15 @@ public final class RelayMetrics: Sendable {
         var open = c.connectionsByTransport.filter { $0.value > 0 }
         for transport in ["tcp", "tls", "ws", "wss"] { open[transport, default: 0] += 0 }
         labelled("todostream_connections", "gauge", "Open client connections by transport.", "transport", open)
+        // Every transport from the start, so that `rate()` sees the first connections.
+        var accepted = c.acceptedByTransport
+        for transport in ["tcp", "tls", "ws", "wss"] { accepted[transport, default: 0] += 0 }
         labelled(
             "todostream_connections_accepted_total",
             "counter",
             "Client connections accepted by transport.",
             "transport",
-            c.acceptedByTransport
+            accepted
         )
         single("todostream_frames_in_total", "counter", "Frames received from clients.", fanOut.framesIn)
         labelled(
