@@ -440,7 +440,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(_ event: FrameEvent) {
-        if case .frame = event {} else { releaseStartHold() }
+        // A frame's bytes are counted by `handle(frame:)`; one refused as too large or binary is
+        // a frame received all the same.
+        if case .frame = event {} else {
+            shard?.framesIn += 1
+            releaseStartHold()
+        }
         switch event {
         case .tooLarge:
             sendError(

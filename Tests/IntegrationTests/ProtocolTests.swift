@@ -3,8 +3,8 @@ import NIOCore
 import NIOPosix
 import Relay
 import Testing
-@testable import TodoStore
 
+@testable import TodoStore
 @testable import todostreamd
 
 @Suite(.timeLimit(.minutes(2))) struct ProtocolTests {
@@ -207,6 +207,27 @@ import Testing
             #expect(message.contains("larger than 512 bytes"), "\(message)")
             try await new.send(line)
             #expect(try await new.json()["re"] as? String == "big")
+        }
+    }
+
+    /// A frame refused as too large is a frame received: `frames_in_total` counts it, as it
+    /// counts one refused as invalid JSON, so that frames in and errors add up.
+    @Test func aFrameTooLargeCountsAsAFrameIn() async throws {
+        try await withDaemon(.custom({ $0.relay.maxFrameBytes = 512 })) { daemon in
+            func framesIn() async throws -> Int? {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.split(separator: "\n").first { $0.hasPrefix("todostream_frames_in_total ") }
+                    .flatMap { Int($0.split(separator: " ")[1]) }
+            }
+            let (client, _) = try await daemon.client()
+            try await client.sendLine(#"{"op":"ping","id":"a"}"#)
+            _ = try await client.json()
+            let before = try #require(try await framesIn())
+            try await client.sendLine(String(repeating: "x", count: 2_000))
+            #expect(errorCode(try await client.json()) == "frame_too_large")
+            try await client.sendLine("not json")
+            #expect(errorCode(try await client.json()) == "invalid_json")
+            #expect(try await framesIn() == before + 2)
         }
     }
 
