@@ -442,7 +442,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private func handle(_ event: FrameEvent) {
         // A frame's bytes are counted by `handle(frame:)`; one refused as too large or binary is
         // a frame received all the same.
-        if case .frame = event {} else {
+        if case .frame = event {
+        } else {
             shard?.framesIn += 1
             releaseStartHold()
         }

@@ -382,7 +382,9 @@ final class Daemon: Sendable {
                     ]
                         + commitLatency.prometheus(
                             name: "todostream_store_commit_seconds",
-                            help: "Time to commit one group of writes (todos and journal, one transaction; failed commits included)."
+                            help:
+                                "Time to commit one group of writes (todos and journal, one transaction; "
+                                + "failed commits included)."
                         )
                 )
             },
