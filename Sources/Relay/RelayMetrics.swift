@@ -12,6 +12,7 @@ public final class RelayMetrics: Sendable {
         var resumes = 0
         var gaps = 0
         var resynchronizations = 0
+        var refusedByLimit: [String: Int] = [:]
     }
 
     private let counters = NIOLockedValueBox(Counters())
@@ -32,6 +33,9 @@ public final class RelayMetrics: Sendable {
     func error(_ code: RelayErrorCode) { counters.withLockedValue { $0.errorsByCode[code.rawValue, default: 0] += 1 } }
     /// An app's failure answered to a client (`validation_failed`, `unavailable`, …).
     func appError(_ code: String) { counters.withLockedValue { $0.errorsByCode[code, default: 0] += 1 } }
+    /// A connection closed on arrival, over `limit` (`max_connections` or
+    /// `max_connections_per_ip`).
+    func refused(over limit: String) { counters.withLockedValue { $0.refusedByLimit[limit, default: 0] += 1 } }
     func slowConsumer() { counters.withLockedValue { $0.slowConsumers += 1 } }
     func resynchronized() { counters.withLockedValue { $0.resynchronizations += 1 } }
 
@@ -71,6 +75,15 @@ public final class RelayMetrics: Sendable {
             "Client connections accepted by transport.",
             "transport",
             accepted
+        )
+        var refused = c.refusedByLimit
+        for limit in ["max_connections", "max_connections_per_ip"] { refused[limit, default: 0] += 0 }
+        labelled(
+            "todostream_connections_refused_total",
+            "counter",
+            "Client connections closed on arrival, by the limit they were over.",
+            "limit",
+            refused
         )
         single("todostream_frames_in_total", "counter", "Frames received from clients.", fanOut.framesIn)
         labelled(

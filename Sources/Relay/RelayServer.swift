@@ -247,10 +247,12 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
         return { channel in
             let ip = channel.remoteAddress?.ipAddress ?? "?"
             let limits = settings.configuration
-            switch hub.admit(ip: ip, limits: limits, reserve: http ? limits.httpReserveConnections : 0) {
+            let admission = hub.admit(ip: ip, limits: limits, reserve: http ? limits.httpReserveConnections : 0)
+            switch admission {
             case .admitted:
                 break
             case .tooManyTotal, .tooManyFromIP:
+                hub.metrics.refused(over: admission == .tooManyTotal ? "max_connections" : "max_connections_per_ip")
                 if case .log(let leftOut) = refusals.withLockedValue({ $0.happened(at: ContinuousClock.now) }) {
                     logger.warning(
                         "connection refused: limit reached",

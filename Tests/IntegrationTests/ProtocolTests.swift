@@ -707,6 +707,13 @@ import Testing
             for _ in 0..<3 { admitted.append(try await daemon.client().0) }
             let refused = try await TestConnection.connect(port: daemon.tcpPort)
             #expect(try await refused.waitForClose().isEmpty)
+            // Counted by the limit it was over (the log says it at most every 10 s).
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(
+                metrics.contains("\ntodostream_connections_refused_total{limit=\"max_connections\"} 1\n"),
+                "\(metrics)"
+            )
+            #expect(metrics.contains("\ntodostream_connections_refused_total{limit=\"max_connections_per_ip\"} 0\n"))
             for (index, client) in admitted.enumerated() {
                 try await client.sendLine(#"{"op":"ping","id":"\#(index)"}"#)
                 #expect(try await client.json()["re"] as? String == "\(index)")
