@@ -97,9 +97,18 @@ enum ConfigFile {
         guard !isDirectory.boolValue else {
             throw ConfigError(message: "cannot read config file \(path): it is a directory")
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
+        // Read through a handle: `/dev/null` (no settings) and other files that are not regular
+        // are read as they come.
+        guard let handle = FileHandle(forReadingAtPath: path) else {
             let reason = FileManager.default.isReadableFile(atPath: path) ? "it cannot be read" : "permission denied"
             throw ConfigError(message: "cannot read config file \(path): \(reason)")
+        }
+        defer { try? handle.close() }
+        let data: Data
+        do {
+            data = try handle.read(upToCount: maxBytes + 1) ?? Data()
+        } catch {
+            throw ConfigError(message: "cannot read config file \(path): it cannot be read")
         }
         guard let text = String(data: data, encoding: .utf8) else {
             throw ConfigError(message: "cannot read config file \(path): it is not UTF-8 text")

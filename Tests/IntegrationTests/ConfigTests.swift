@@ -94,6 +94,8 @@ import Glibc
         #expect(
             message(nil, flags: ["--config", directory]) == "cannot read config file \(directory): it is a directory"
         )
+        // No settings at all: the defaults.
+        #expect(message(nil, flags: ["--config", "/dev/null"]) == nil)
         let path = NSTemporaryDirectory() + "config-\(UUID().uuidString).yaml"
         try Data([0xFF, 0xFE, 0x00]).write(to: URL(fileURLWithPath: path))
         #expect(message(nil, flags: ["--config", path]) == "cannot read config file \(path): it is not UTF-8 text")
