@@ -189,6 +189,8 @@ enum ConfigFile {
     /// its text.
     static func value(of scalar: Node.Scalar) -> Any {
         let text = scalar.string
+        // `!!null`, whatever its text, as well as a plain `~`, `null` or nothing.
+        if scalar.tag.rawValue == Tag.Name.null.rawValue { return Null() }
         guard scalar.style == .plain || scalar.style == .any else { return text }
         if ["", "~", "null", "Null", "NULL"].contains(text) { return Null() }
         switch text.lowercased() {
@@ -345,6 +347,11 @@ enum ConfigFile {
                 }
                 for field in entry.keys where !["role", "token", "token_sha256"].contains(field) {
                     throw ConfigError(message: "\(label)[\(index)]: unknown key \(field)")
+                }
+                for field in ["role", "token", "token_sha256"] where entry[field] is Null {
+                    throw ConfigError(
+                        message: "\(label)[\(index)].\(field) has no value (~, null or nothing after the colon)"
+                    )
                 }
                 guard let role = entry["role"] as? String, Role(rawValue: role) != nil else {
                     throw ConfigError(message: "\(label)[\(index)].role must be view or monitor")

@@ -73,6 +73,15 @@ import Glibc
             )
         }
         #expect(message("tls:\n  cert: ~\n")?.contains("tls.cert has no value") == true)
+        #expect(
+            message("limits:\n  max_frame_bytes: !!null \"\"\n")?.contains("limits.max_frame_bytes has no value")
+                == true
+        )
+        let emptyToken = message("auth:\n  tokens:\n    - role: view\n      token:\n")
+        #expect(
+            emptyToken?.hasSuffix("auth.tokens[0].token has no value (~, null or nothing after the colon)") == true,
+            "\(emptyToken ?? "nil")"
+        )
         // Quoted, it is the text.
         #expect(message("log_level: \"null\"\n")?.contains("log_level must be one of") == true)
     }
