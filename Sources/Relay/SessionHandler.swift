@@ -868,26 +868,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a broadcast; returns true when the caller should call `flushPending` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
-        enqueueBroadcast(frame, seq: seq, asked: false)
-    }
-
-    private func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64, asked: Bool) -> Bool {
         guard !lifecycle.isClosing, seq > resumption.liveFloor else { return false }
         if hold(frame, seq: seq) { return false }
-        write(frame, asked: asked)
+        write(frame)
         return markPending()
     }
 
     /// Queues the session's copy of a broadcast its own write caused (sent whatever its
-    /// subscriptions); returns true like `enqueueBroadcast`. It is the write's answer (a
-    /// toggle's only one): asked for, like a reply, it waits past the outbound bound while no
-    /// new frame is handled. (Counted as a broadcast, a client that pipelined toggles of a
-    /// large todo and read every answer was cut as a slow consumer once the kernel took less
-    /// than the answers: with a 4 KiB send buffer and a 64 KiB bound, every time.)
+    /// subscriptions); returns true like `enqueueBroadcast`.
     func enqueueOwnBroadcast(_ frame: ByteBuffer, seq: UInt64, typeIndex: Int) -> Bool {
         guard !lifecycle.isClosing else { return false }
         resumption.ownBroadcastSent(seq: seq, typeIndex: typeIndex)
-        return enqueueBroadcast(frame, seq: seq, asked: true)
+        return enqueueBroadcast(frame, seq: seq)
     }
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one

@@ -78,14 +78,6 @@ extension DaemonSetup {
     /// A small outbound bound and a grace period (1 s) short beside a slow reader's backlog
     /// (several seconds at `TestConnection.trickle`'s pace) and long beside its pauses (50 ms,
     /// with room for a busy machine's delays), for clients cut as slow consumers.
-    /// `slowReaderCut`, then `more`.
-    static func slowReaderCut(_ more: @escaping (inout DaemonOptions) -> Void) -> DaemonSetup {
-        .custom({ options in
-            slowReaderCut.apply(&options)
-            more(&options)
-        })
-    }
-
     static var slowReaderCut: DaemonSetup {
         .custom({ options in
             roomForAFlood.apply(&options)
