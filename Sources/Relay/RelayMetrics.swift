@@ -63,27 +63,34 @@ public final class RelayMetrics: Sendable {
                 lines.append("\(name){\(label)=\"\(value)\"} \(count)")
             }
         }
-        var open = c.connectionsByTransport.filter { $0.value > 0 }
-        for transport in ["tcp", "tls", "ws", "wss"] { open[transport, default: 0] += 0 }
-        labelled("todostream_connections", "gauge", "Open client connections by transport.", "transport", open)
-        // Every transport from the start, so that `rate()` sees the first connections.
-        var accepted = c.acceptedByTransport
-        for transport in ["tcp", "tls", "ws", "wss"] { accepted[transport, default: 0] += 0 }
+        /// `samples` with a 0 for each of `values` it lacks: every series there from the start,
+        /// so that `rate()` sees the first events too.
+        func fromTheStart(_ samples: [String: Int], _ values: [String]) -> [String: Int] {
+            var all = samples
+            for value in values { all[value, default: 0] += 0 }
+            return all
+        }
+        let transports = ["tcp", "tls", "ws", "wss"]
+        labelled(
+            "todostream_connections",
+            "gauge",
+            "Open client connections by transport.",
+            "transport",
+            fromTheStart(c.connectionsByTransport.filter { $0.value > 0 }, transports)
+        )
         labelled(
             "todostream_connections_accepted_total",
             "counter",
             "Client connections accepted by transport.",
             "transport",
-            accepted
+            fromTheStart(c.acceptedByTransport, transports)
         )
-        var refused = c.refusedByLimit
-        for limit in ["max_connections", "max_connections_per_ip"] { refused[limit, default: 0] += 0 }
         labelled(
             "todostream_connections_refused_total",
             "counter",
             "Client connections closed on arrival, by the limit they were over.",
             "limit",
-            refused
+            fromTheStart(c.refusedByLimit, ["max_connections", "max_connections_per_ip"])
         )
         single("todostream_frames_in_total", "counter", "Frames received from clients.", fanOut.framesIn)
         labelled(

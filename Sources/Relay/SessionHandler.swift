@@ -440,13 +440,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(_ event: FrameEvent) {
-        // A frame's bytes are counted by `handle(frame:)`; one refused as too large or binary is
-        // a frame received all the same.
-        if case .frame = event {
-        } else {
-            shard?.framesIn += 1
-            releaseStartHold()
-        }
+        // Counted whatever it is: one refused as too large or binary is a frame received too.
+        shard?.framesIn += 1
+        if case .frame = event {} else { releaseStartHold() }
         switch event {
         case .tooLarge:
             sendError(
@@ -462,7 +458,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(frame bytes: [UInt8]) {
-        shard?.framesIn += 1
         guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes) else {
             releaseStartHold()
             sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)

@@ -67,12 +67,12 @@ public actor GroupCommitStore: TodoStore, JournalReader {
 
     public var isHealthy: Bool {
         get async {
-            if healthy, !executing {
+            guard !executing else { return healthy }
+            if healthy {
                 // Files deleted or replaced under the daemon: down now, not at the next write.
                 do { try await backend.checkFiles() } catch { healthy = false }
                 return healthy
             }
-            guard !healthy, !executing else { return healthy }
             let now = ContinuousClock.now
             if let last = lastProbe, now - last < probeInterval { return healthy }
             lastProbe = now

@@ -215,8 +215,8 @@ final class SQLiteWriter: @unchecked Sendable {
         guard let last = batch.last else { return }
         // The WAL's own check runs at every sync (SQLiteDataSyncVFS): a removed data directory
         // fails the commit at once. The database file alone replaced or deleted is looked for
-        // at most every `movedCheckInterval`: its path look-up at every commit cost a single
-        // client a tenth of its rate.
+        // at most every `movedCheckInterval` (a path look-up; the cost first measured for it
+        // was mostly that of the WAL's check, then an `fstat`: see `LinkCount`).
         if let gone { throw gone }
         let now = ContinuousClock.now
         if now - lastMovedCheck >= Self.movedCheckInterval {
@@ -322,13 +322,18 @@ final class SQLiteWriter: @unchecked Sendable {
         var wal: UnsafeMutablePointer<sqlite3_file>?
         let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal)
         guard result == SQLITE_OK, let wal, SQLiteDataSyncVFS.shared?.walLinkCount(wal) == 0 else { return }
+        throw filesGone("the write-ahead log")
+    }
+
+    /// `file` was found deleted or replaced: the failure every later commit and probe throws.
+    private func filesGone(_ file: String) -> Failure {
         let failure = Failure(
             code: SQLITE_IOERR,
-            message: "the write-ahead log was deleted or replaced while the daemon ran; nothing more is written to it "
+            message: "\(file) was deleted or replaced while the daemon ran; nothing more is written to it "
                 + "(restart the daemon once the data directory is restored)"
         )
         gone = failure
-        throw failure
+        return failure
     }
 
     /// A store file found deleted or replaced: every commit and probe fails with it from then
@@ -347,13 +352,7 @@ final class SQLiteWriter: @unchecked Sendable {
         var moved: Int32 = 0
         let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)
         guard result == SQLITE_OK, moved != 0 else { return }
-        let failure = Failure(
-            code: SQLITE_IOERR,
-            message: "the database file was deleted or replaced while the daemon ran; nothing more is written to it "
-                + "(restart the daemon once the data directory is restored)"
-        )
-        gone = failure
-        throw failure
+        throw filesGone("the database file")
     }
 
     /// Runs `body` in one transaction, committed when it returns; on a throw nothing of it is

@@ -122,7 +122,10 @@ enum ConfigFile {
     /// A YAML null (`~`, `null`, or nothing after the colon): a section left empty (its keys all
     /// commented out) sets nothing; a setting with it is an error that says so (taken as text, a
     /// `data_dir: ~` was a directory named `~`).
-    struct Null {}
+    struct Null {
+        /// What a setting left null is told, after its name.
+        static let problem = "has no value (~, null or nothing after the colon)"
+    }
 
     /// The shortest token accepted, from the config file or a flag.
     static let minimumTokenCharacters = 8
@@ -303,10 +306,7 @@ enum ConfigFile {
     private static func check(_ key: String, _ value: Any, name: String? = nil) throws {
         let label = name ?? key
         if value is Null, keys[key] != nil {
-            throw ConfigError(
-                message: "\(label) has no value (~, null or nothing after the colon): "
-                    + "give one, or leave it out for its default"
-            )
+            throw ConfigError(message: "\(label) \(Null.problem): give one, or leave it out for its default")
         }
         switch keys[key] {
         case .none:
@@ -349,9 +349,7 @@ enum ConfigFile {
                     throw ConfigError(message: "\(label)[\(index)]: unknown key \(field)")
                 }
                 for field in ["role", "token", "token_sha256"] where entry[field] is Null {
-                    throw ConfigError(
-                        message: "\(label)[\(index)].\(field) has no value (~, null or nothing after the colon)"
-                    )
+                    throw ConfigError(message: "\(label)[\(index)].\(field) \(Null.problem)")
                 }
                 guard let role = entry["role"] as? String, Role(rawValue: role) != nil else {
                     throw ConfigError(message: "\(label)[\(index)].role must be view or monitor")

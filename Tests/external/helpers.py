@@ -22,6 +22,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -676,3 +678,19 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def http_get(port: int, path: str, timeout: float = 10.0):
+    """GET `path` from the daemon's HTTP listener on 127.0.0.1: (status, headers, body bytes),
+    an error status (404, 503, …) answered like any other."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def http_get_text(port: int, path: str, timeout: float = 10.0) -> tuple[int, str]:
+    """`http_get` for a text answer: (status, body)."""
+    status, _, body = http_get(port, path, timeout)
+    return status, body.decode()

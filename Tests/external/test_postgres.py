@@ -21,14 +21,12 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import _die_with_parent, daemon_binary
-from helpers import (ClosedError, LineClient, WSClient, create_todo, delete, free_port, list_todos, make_ca, make_server_cert,
+from helpers import (ClosedError, LineClient, WSClient, create_todo, delete, free_port, http_get, list_todos, make_ca, make_server_cert,
                      new_detail, next_id, save_detail, wait_until)
 
 # --------------------------------------------------------------------------------------------
@@ -153,14 +151,6 @@ def pg_daemons(daemon_factory, flags, count=2):
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def http_get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def toggle(c, todo, timeout=10.0):
@@ -298,7 +288,7 @@ def test_a_change_through_a_reaches_b_clients_with_the_same_seq(daemon_factory, 
         assert w.expect_seq(answer["seq"]) == strip_re(answer)
         # Reads on either daemon see the same state.
         assert list_todos(w) == list_todos(ob)
-    status, body = http_get(b.http_port, "/healthz")
+    status, _, body = http_get(b.http_port, "/healthz")
     assert status == 200 and json.loads(body)["seq"] >= bcast["seq"] + 1, body
 
 
@@ -827,11 +817,11 @@ def test_a_daemon_that_fell_behind_what_the_journal_keeps_tells_its_clients_gap_
         after = toggle(w, todo)
         assert ob.expect_seq(after["seq"]) == strip_re(after), "B goes on following after the gap"
         assert list_todos(ob) == list_todos(w), "a refetch on B sees what A sees"
-    status, body = http_get(b.http_port, "/metrics")
+    status, _, body = http_get(b.http_port, "/metrics")
     assert status == 200 and "todostream_stream_resyncs_total 1" in body.decode(), body.decode()[-2000:]
-    status, body = http_get(b.http_port, "/healthz")
+    status, _, body = http_get(b.http_port, "/healthz")
     assert status == 200 and json.loads(body)["resyncs"] == 1, body
-    status, body = http_get(a.http_port, "/metrics")
+    status, _, body = http_get(a.http_port, "/metrics")
     assert "todostream_stream_resyncs_total 0" in body.decode()
 
 

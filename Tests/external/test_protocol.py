@@ -13,8 +13,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -26,6 +24,7 @@ from helpers import (
     LineClient,
     create_todo,
     delete,
+    http_get,
     list_todos,
     new_detail,
     next_id,
@@ -869,14 +868,6 @@ def test_rate_limited_keeps_the_connection_open(daemon_factory):
 
 # ============================================================================================
 # §8 HTTP endpoints
-
-
-def http_get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
 
 
 def test_healthz_reports_storage_connections_and_seq(daemon, client):

@@ -8,21 +8,11 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from conftest import daemon_binary
-from helpers import LineClient, create_todo, new_detail, save_detail, wait_until
-
-
-def _get(daemon, path: str, timeout: float):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}{path}", timeout=timeout) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+from helpers import LineClient, create_todo, http_get_text, new_detail, save_detail, wait_until
 
 
 @pytest.mark.parametrize("removed", ["todostream.sqlite", "todostream.sqlite-wal"])
@@ -37,7 +27,7 @@ def test_a_store_file_deleted_under_the_daemon_fails_writes_and_health(daemon, r
                 break
             assert removed.endswith(".sqlite"), f"a commit into a deleted log was acknowledged: {reply}"
         assert reply.get("error", {}).get("code") == "unavailable", reply
-        wait_until(lambda: _get(daemon, "/healthz", timeout=10)[0] == 503, what="/healthz saying storage is down")
+        wait_until(lambda: http_get_text(daemon.http_port, "/healthz", timeout=10)[0] == 503, what="/healthz saying storage is down")
         # Still refused: nothing is acknowledged into a file that is gone.
         reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="Later")
         assert reply.get("error", {}).get("code") == "unavailable", reply
@@ -54,9 +44,9 @@ def test_health_says_a_deleted_store_file_is_down_before_any_write(daemon, remov
     """A load balancer learns it from /healthz, not from the first client whose write fails."""
     with LineClient(daemon.tcp_port, name="writer") as c:
         create_todo(c, "Before")
-        assert _get(daemon, "/healthz", timeout=10)[0] == 200
+        assert http_get_text(daemon.http_port, "/healthz", timeout=10)[0] == 200
         (daemon.data_dir / removed).unlink()
-        status, body = _get(daemon, "/healthz", timeout=10)
+        status, body = http_get_text(daemon.http_port, "/healthz", timeout=10)
         assert status == 503, body
         assert '"storage":"down"' in body, body
         reply, _ = save_detail(c, new_detail(c), expect_ok=False, title="After")
@@ -97,15 +87,15 @@ def test_health_and_metrics_answer_while_storage_is_stalled(daemon):
             # and fails the test), and says down once the commit holds the store.
             deadline = time.monotonic() + 20
             while True:
-                status, body = _get(daemon, "/healthz", timeout=5)
+                status, body = http_get_text(daemon.http_port, "/healthz", timeout=5)
                 if status == 503:
                     break
                 assert time.monotonic() < deadline, "/healthz never said storage is down"
             assert '"storage":"down"' in body, body
-            status, body = _get(daemon, "/metrics", timeout=5)
+            status, body = http_get_text(daemon.http_port, "/metrics", timeout=5)
             assert status == 200 and "\ntodostream_storage_up 0\n" in body, (status, body[:300])
         finally:
             holder.execute("ROLLBACK")
             holder.close()
         c.expect(lambda f: f.get("re") == "stalled", timeout=30)
-    wait_until(lambda: _get(daemon, "/healthz", timeout=15)[0] == 200, what="/healthz healthy again")
+    wait_until(lambda: http_get_text(daemon.http_port, "/healthz", timeout=15)[0] == 200, what="/healthz healthy again")

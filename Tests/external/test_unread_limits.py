@@ -11,12 +11,11 @@ import select
 import socket
 import threading
 import time
-import urllib.request
 import uuid
 
 import pytest
 
-from helpers import LineClient, new_detail, rss_kib, save_detail
+from helpers import LineClient, http_get_text, new_detail, rss_kib, save_detail
 
 
 def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
@@ -87,8 +86,7 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
     # every one is waiting, what they hold is what counts.
     deadline = time.monotonic() + 30
     while True:
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as answer:
-            body = answer.read().decode()
+        _, body = http_get_text(daemon.http_port, "/metrics")
         queued = next(int(line.split()[1]) for line in body.splitlines() if line.startswith("todostream_queued_bytes "))
         if queued >= 10 * 32 * 1024:
             break
@@ -151,9 +149,9 @@ def test_what_a_cut_client_still_sends_costs_the_daemon_next_to_nothing(daemon_f
                       "payload": {"todo": {"id": todo}, "title": f"big {i}", "subtitle": ("%05d" % i) * 2000}})
             pub.expect(lambda f, rid=f"b{i}": f.get("re") == rid and "seq" in f, what=f"the broadcast for b{i}")
             pub.backlog.clear()
-            if i % 10 == 9 and "todostream_slow_consumer_disconnects_total 1" in _metrics(d):
+            if i % 10 == 9 and "todostream_slow_consumer_disconnects_total 1" in http_get_text(d.http_port, "/metrics")[1]:
                 break
-        assert "todostream_slow_consumer_disconnects_total 1" in _metrics(d), "the slow client was not cut"
+        assert "todostream_slow_consumer_disconnects_total 1" in http_get_text(d.http_port, "/metrics")[1], "the slow client was not cut"
     # Cut: it now sends pings (a frame each, the costliest input to parse) as fast as it can.
     chunk = b'{"op":"ping"}\n' * 4096
     slow.sock.setblocking(False)
@@ -171,8 +169,3 @@ def test_what_a_cut_client_still_sends_costs_the_daemon_next_to_nothing(daemon_f
     frames = slow.expect_closed(timeout=60)
     codes = [f["error"]["code"] for f in frames if isinstance(f.get("error"), dict)]
     assert codes[-1:] == ["slow_consumer"], f"the last frame is the notice: {codes[-3:]}"
-
-
-def _metrics(d) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{d.http_port}/metrics", timeout=10) as answer:
-        return answer.read().decode()
