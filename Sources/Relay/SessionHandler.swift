@@ -863,18 +863,26 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Queues a broadcast; returns true when the caller should call `flushPending` later.
     func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64) -> Bool {
+        enqueueBroadcast(frame, seq: seq, asked: false)
+    }
+
+    private func enqueueBroadcast(_ frame: ByteBuffer, seq: UInt64, asked: Bool) -> Bool {
         guard !lifecycle.isClosing, seq > resumption.liveFloor else { return false }
         if hold(frame, seq: seq) { return false }
-        write(frame)
+        write(frame, asked: asked)
         return markPending()
     }
 
     /// Queues the session's copy of a broadcast its own write caused (sent whatever its
-    /// subscriptions); returns true like `enqueueBroadcast`.
+    /// subscriptions); returns true like `enqueueBroadcast`. It is the write's answer (a
+    /// toggle's only one): asked for, like a reply, it waits past the outbound bound while no
+    /// new frame is handled. (Counted as a broadcast, a client that pipelined toggles of a
+    /// large todo and read every answer was cut as a slow consumer once the kernel took less
+    /// than the answers: with a 4 KiB send buffer and a 64 KiB bound, every time.)
     func enqueueOwnBroadcast(_ frame: ByteBuffer, seq: UInt64, typeIndex: Int) -> Bool {
         guard !lifecycle.isClosing else { return false }
         resumption.ownBroadcastSent(seq: seq, typeIndex: typeIndex)
-        return enqueueBroadcast(frame, seq: seq)
+        return enqueueBroadcast(frame, seq: seq, asked: true)
     }
 
     /// Queues a run of broadcasts written as one buffer (`frames` are the same broadcasts one
@@ -905,7 +913,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case .webSocketFrames where takesWebSocketRuns: whole = webSocketRun
         case .webSocketFrames, .oneByOne: whole = nil
         }
-        guard let whole else {
+        // A run larger than the outbound bound (broadcasts of many batches, taken in one pass
+        // after the loop was held up) goes one frame at a time, as any frames do: handed whole,
+        // all of it would wait past the bound where a cut cannot drop it, and a client reading
+        // slowly would hold it for as long as it took to read.
+        guard let whole, whole.readableBytes <= limits.bytes else {
             for frame in frames { write(frame.plain) }
             return markPending()
         }
@@ -1007,12 +1019,17 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // (Compressed sessions have no socket: each message is compressed on its own.)
             bytes = WebSocketFraming.textFrames([bytes])
         }
-        if case .gathered = socketWrites.write(bytes) {
+        let limits = self.limits
+        var socketWrite = socketWrites.write(bytes, gatheringAtMost: limits.bytes)
+        if case .sendGatheredFirst = socketWrite {
+            sendGathered(context)
+            socketWrite = socketWrites.write(bytes)
+        }
+        if case .gathered = socketWrite {
             needsFlush = true
             if flushing { flush() }
             return
         }
-        let limits = self.limits
         switch outbound.write(
             bytes,
             frames: frames,

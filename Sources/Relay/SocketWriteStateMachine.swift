@@ -39,19 +39,30 @@ struct SocketWriteStateMachine {
         state = direct ? .direct(gathered: []) : .channelOnly
     }
 
+    /// Bytes gathered and not yet sent.
+    private(set) var gatheredBytes = 0
+
     enum WriteAction: Equatable {
         /// Gathered; goes out at the next flush.
         case gathered
         /// Goes through the channel (its queue and water marks as usual).
         case channel
+        /// Gathered with what is gathered already, it would make more than the limit: send
+        /// those first (`flush`), then write it again.
+        case sendGatheredFirst
     }
 
-    /// A frame (or run of frames) to write.
-    mutating func write(_ buffer: ByteBuffer) -> WriteAction {
+    /// A frame (or run of frames) to write. What is gathered stays at most `limit` bytes (the
+    /// outbound bound) unless one buffer alone is larger: what the kernel does not take of a
+    /// send goes to the channel whole, where a cut can no longer drop it, so gathering without
+    /// a limit would let a connection hold any amount past its bound.
+    mutating func write(_ buffer: ByteBuffer, gatheringAtMost limit: Int = .max) -> WriteAction {
         switch state {
         case .direct(var gathered):
+            if !gathered.isEmpty, gatheredBytes + buffer.readableBytes > limit { return .sendGatheredFirst }
             state = .modifying
             gathered.append(buffer)
+            gatheredBytes += buffer.readableBytes
             state = .direct(gathered: gathered)
             return .gathered
         case .channelOnly, .throughChannel:
@@ -90,6 +101,7 @@ struct SocketWriteStateMachine {
     mutating func flush() -> FlushAction {
         guard case .direct(let gathered) = state, !gathered.isEmpty else { return .none }
         state = .direct(gathered: [])
+        gatheredBytes = 0
         return .send(gathered)
     }
 
@@ -162,7 +174,10 @@ struct SocketWriteStateMachine {
     /// The session closes (or its socket did): the channel does the rest; whatever is gathered
     /// is returned, to go to the channel ahead of the last frames.
     mutating func close() -> [ByteBuffer] {
-        defer { state = .channelOnly }
+        defer {
+            state = .channelOnly
+            gatheredBytes = 0
+        }
         if case .direct(let gathered) = state { return gathered }
         return []
     }

@@ -615,12 +615,7 @@ import Testing
     /// and reads on, where a close would have reset the connection and lost what the client had
     /// not received yet, the notice among it.
     @Test func aCutClientWithUnreadRequestsStillGetsTheNotice() async throws {
-        try await withDaemon(
-            .custom({ options in
-                DaemonSetup.slowReaderCut.apply(&options)
-                options.relay.slowConsumerGraceMs = 30_000
-            })
-        ) { daemon in
+        try await withDaemon(.slowReaderCut({ $0.relay.slowConsumerGraceMs = 30_000 })) { daemon in
             let (writer, _) = try await daemon.client()
             let created = try await writer.createTodo(String(repeating: "Unread ", count: 140))
             let id = try #require(todoID(created))
@@ -639,7 +634,7 @@ import Testing
             // It reads again, slowly, and goes on sending requests meanwhile: there is unread
             // input at the daemon's end when its last frames are written.
             try await slow.readSlowly()
-            let reading = Task { try await slow.trickle() }
+            let reading = slow.trickle()
             let sending = Task {
                 while !Task.isCancelled {
                     slow.post(String(repeating: #"{"op":"ping"}"# + "\n", count: 500))
@@ -659,18 +654,67 @@ import Testing
         }
     }
 
+    /// A client that pipelines toggles of a large todo and reads every answer is not a slow
+    /// consumer, however little the kernel takes at a time: a toggle's answer is its copy of
+    /// the broadcast, asked for like a reply. (Counted as a broadcast, the answers of 40
+    /// toggles of a 9 KB todo went over a 64 KiB bound behind a 4 KiB send buffer, and the
+    /// client was cut every time.)
+    @Test func aClientReadingItsPipelinedTogglesIsNotCut() async throws {
+        try await withDaemon(.slowReaderCut({ $0.relay.socketSendBufferBytes = 4096 })) { daemon in
+            let (writer, _) = try await daemon.client()
+            let id = try await largeTodo(from: writer)
+            try await writer.send(toggleBurst(id, count: 40))
+            for index in 0..<40 {
+                let (answer, _) = try await writer.json(until: { $0["re"] as? Int == index || $0["op"] != nil })
+                #expect(errorCode(answer) == nil, "\(answer)")
+                #expect(answer["re"] as? Int == index)
+            }
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(metrics.contains("\ntodostream_slow_consumer_disconnects_total 0\n"))
+        }
+    }
+
+    /// Broadcasts that reach a loop in one pass make one run; a run larger than the outbound
+    /// bound goes to a session frame by frame, so what waits for a slow reader stays within
+    /// the bound and it is cut, its notice right behind what it was handed. (A run handed to
+    /// the channel whole waited past the bound, out of a cut's reach: a reader taking 100 KB/s
+    /// was sent every frame, for several seconds, and got no notice. Seen when a loop that
+    /// was held up took the broadcasts of many batches at once.)
+    @Test func aRunLargerThanTheBoundIsNotHandedOverWhole() async throws {
+        try await withDaemon(.slowReaderCut) { daemon in
+            let slow = try await liveReader(daemon)
+            let (writer, _) = try await daemon.client()
+            let id = try await largeTodo(from: writer)
+            try await slow.readSlowly()
+            let reading = slow.trickle(every: .milliseconds(10))
+            defer { reading.cancel() }
+            // 60 toggles in one write: a batch or two, each of its runs far over the 64 KiB bound.
+            try await writer.send(toggleBurst(id, count: 60))
+            _ = try await writer.json(until: { $0["re"] as? Int == 59 }, timeout: .seconds(30))
+            let rest = try await slow.waitForClose(timeout: .seconds(60))
+            let lines = rest.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
+            let frames = try lines.dropLast().map { line in
+                try #require(try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+            }
+            let notice = try #require(frames.last)
+            #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
+            // The bound (64 KiB), the channel's high-water mark (64 KiB), the socket buffers
+            // (4 KiB each, doubled by the kernel) and a frame (9 KB): far less than the 60
+            // broadcasts (560 KB).
+            #expect(rest.count < 200_000, "\(rest.count) bytes before the notice")
+            #expect(frames.count < 25)
+        }
+    }
+
     @Test func aSlowReaderThatIsCutGetsWholeFramesThenTheNotice() async throws {
         try await withDaemon(.slowReaderCut) { daemon in
-            let slow = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
-            _ = try await slow.json()
-            // Its first frame ends the hold on live output after the greeting.
-            try await slow.sendLine(#"{"op":"ping","id":"p"}"#)
-            #expect(try await slow.json()["op"] as? String == "pong")
+            let slow = try await liveReader(daemon)
             let (writer, _) = try await daemon.client()
             let created = try await writer.createTodo(String(repeating: "Slow ", count: 180))
             let id = try #require(todoID(created))
             try await slow.readSlowly()
-            let reading = Task { try await slow.trickle() }
+            let reading = slow.trickle()
             defer { reading.cancel() }
             try await toggle(id, times: 400, from: writer)
             let rest = try await slow.waitForClose(timeout: .seconds(60))
@@ -850,6 +894,35 @@ import Testing
 
     /// Toggles todo `id` `times` times from `writer`, in a burst; the writer reads its own
     /// answers as it goes (it is no slow consumer itself).
+    /// A client with a 4 KiB receive buffer, past the greeting and its hold on live output
+    /// (its first frame, a ping, ends it).
+    private func liveReader(_ daemon: Daemon) async throws -> TestConnection {
+        let reader = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
+        _ = try await reader.json()
+        try await reader.sendLine(#"{"op":"ping","id":"p"}"#)
+        #expect(try await reader.json()["op"] as? String == "pong")
+        return reader
+    }
+
+    /// A todo whose broadcasts are about 9 KB each (a 9,000-character subtitle); its id.
+    private func largeTodo(from writer: TestConnection) async throws -> String {
+        let created = try await writer.createTodo("Large")
+        let id = try #require(todoID(created))
+        try await writer.send([
+            "type": "RequestUpdateDetailViewModel", "id": "big",
+            "payload": ["todo": ["id": id], "title": "Large", "subtitle": String(repeating: "s", count: 9_000)],
+        ])
+        _ = try await writer.json(until: { $0["re"] as? String == "big" && $0["seq"] != nil })
+        return id
+    }
+
+    /// `count` toggles of `id` as one write, with ids 0 to count - 1.
+    private func toggleBurst(_ id: String, count: Int) -> String {
+        (0..<count).map { index in
+            #"{"type":"RequestToggleCompleteTodoViewModel","id":\#(index),"payload":{"todo":{"id":"\#(id)"}}}"# + "\n"
+        }.joined()
+    }
+
     private func toggle(_ id: String, times count: Int, from writer: TestConnection) async throws {
         for index in 0..<count {
             try await writer.send([

@@ -112,7 +112,7 @@ import Testing
             let reader = try await TestConnection.connect(port: daemon.tcpPort, receiveBuffer: 4096)
             _ = try await reader.json()
             try await reader.readSlowly()
-            let reading = Task { try await reader.trickle(every: .milliseconds(5)) }
+            let reading = reader.trickle(every: .milliseconds(5))
             defer { reading.cancel() }
             try await reader.send(["op": "resume", "epoch": epoch, "after": 0, "id": "r"])
             let (resumed, replayed) = try await reader.json(

@@ -127,12 +127,16 @@ final class TestConnection: Sendable {
         try await channel.setOption(.maxMessagesPerRead, value: 1).get()
     }
 
-    /// Reads 1 KiB every 50 ms (about 20 KB/s: a reader, but a slow one) until cancelled or
-    /// closed. The pauses make the client slow; nothing waits on them.
-    func trickle(every pause: Duration = .milliseconds(50)) async throws {
-        while !Task.isCancelled, channel.isActive {
+    /// Reads 1 KiB every 50 ms (about 20 KB/s: a reader, but a slow one) until the returned
+    /// task is cancelled or the connection closes. The reads are scheduled on the connection's
+    /// own event loop, not on Swift's cooperative pool: tests running beside this one can hold
+    /// that pool's threads for longer than a grace period, and a reader whose reads stall for
+    /// that long is rightly closed as one that takes nothing (the stream then ends mid-frame).
+    func trickle(every pause: TimeAmount = .milliseconds(50)) -> RepeatedTask {
+        let channel = self.channel
+        return channel.eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: pause) { task in
+            guard channel.isActive else { return task.cancel() }
             channel.read()
-            try await Task.sleep(for: pause)
         }
     }
 

@@ -86,6 +86,14 @@ extension DaemonSetup {
             options.relay.slowConsumerGraceMs = 1000
         })
     }
+
+    /// `slowReaderCut`, then `more`.
+    static func slowReaderCut(_ more: @escaping (inout DaemonOptions) -> Void) -> DaemonSetup {
+        .custom({ options in
+            slowReaderCut.apply(&options)
+            more(&options)
+        })
+    }
 }
 
 func temporaryDirectory() -> String {

@@ -234,7 +234,7 @@ struct RawWebSocket {
             var seq = try #require(created["seq"] as? Int)
             #expect(try await ws.receiveJSON()["seq"] as? Int == seq)
             try await ws.connection.readSlowly()
-            let reading = Task { try await ws.connection.trickle() }
+            let reading = ws.connection.trickle()
             defer { reading.cancel() }
             for index in 0..<400 {
                 try await writer.send([

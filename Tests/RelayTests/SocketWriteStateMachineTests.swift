@@ -39,6 +39,30 @@ import Testing
         #expect(machine.write(ByteBuffer(string: "d\n")) == .gathered)
     }
 
+    /// What is gathered stays within the outbound bound: the frame that would take it over
+    /// asks for a send first (what the kernel leaves of a send goes to the channel whole, past
+    /// the reach of a cut). A single frame larger than the bound is still gathered.
+    @Test func gatheringStopsAtTheLimitAndAsksForASendFirst() {
+        var machine = SocketWriteStateMachine(direct: true)
+        #expect(machine.write(ByteBuffer(string: "aaaa\n"), gatheringAtMost: 8) == .gathered)
+        #expect(machine.gatheredBytes == 5)
+        #expect(machine.write(ByteBuffer(string: "bbbb\n"), gatheringAtMost: 8) == .sendGatheredFirst)
+        #expect(machine.gatheredBytes == 5, "nothing gathered by the refused write")
+        guard case .send(let buffers) = machine.flush() else {
+            Issue.record("nothing to send")
+            return
+        }
+        #expect(machine.gatheredBytes == 0)
+        #expect(machine.sent(5, of: buffers) == .done)
+        #expect(machine.write(ByteBuffer(string: "bbbb\n"), gatheringAtMost: 8) == .gathered)
+        // Alone, a frame over the limit is gathered: nothing is ahead of it.
+        _ = machine.flush()
+        #expect(machine.write(ByteBuffer(string: "cccccccccc\n"), gatheringAtMost: 8) == .gathered)
+        #expect(machine.gatheredBytes == 11)
+        #expect(machine.close().count == 1)
+        #expect(machine.gatheredBytes == 0)
+    }
+
     @Test func aFlushWithNothingGatheredSendsNothing() {
         var machine = SocketWriteStateMachine(direct: true)
         guard case .none = machine.flush() else {
