@@ -60,16 +60,14 @@ struct ClientFrame: Decodable, Equatable {
         types = field("types", [String].self)
         token = field("token", String.self)
         epoch = field("epoch", String.self)
-        after = field("after", UInt64.self)
+        let afterKey = Key(stringValue: "after")
+        if container.contains(afterKey) {
+            after = container.decodeExactInteger(UInt64.self, forKey: afterKey).map { .value($0) } ?? .invalid
+        }
         let idKey = Key(stringValue: "id")
         if container.contains(idKey) {
-            if let number = try? container.decode(Int64.self, forKey: idKey) {
+            if let number = container.decodeExactInteger(Int64.self, forKey: idKey) {
                 id = .value(.integer(number))
-            } else if let number = try? container.decode(Decimal.self, forKey: idKey), let exact = Self.integer(number)
-            {
-                // An integer written with a fraction or an exponent that a Double cannot hold
-                // exactly (9223372036854775807.0): read from its decimal digits.
-                id = .value(.integer(exact))
             } else if let text = try? container.decode(String.self, forKey: idKey), Self.isIdentifier(text) {
                 id = .value(.string(text))
             } else {
@@ -84,13 +82,6 @@ struct ClientFrame: Decodable, Equatable {
                 mid = .invalid
             }
         }
-    }
-
-    /// `number` as an Int64 when it is an integer within its range.
-    private static func integer(_ number: Decimal) -> Int64? {
-        guard number.isFinite else { return nil }
-        // An integer's description is its digits alone, with its sign.
-        return Int64("\(number)")
     }
 
     /// A frame and, when `JSONValue.parse` read it, its root object (for the codec's

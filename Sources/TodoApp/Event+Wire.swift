@@ -268,11 +268,12 @@ private struct ReferencePayload: Decodable {
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(String.self, forKey: .id)
-        do {
-            version = try container.decodeIfPresent(Int.self, forKey: .version)
-        } catch {
-            // Anything but an integer or null. For a number that is no Int (1.5, 1e300, past
-            // Int.max) Foundation's own error names no field (it says the data is not JSON).
+        if !container.contains(.version) || (try? container.decodeNil(forKey: .version)) == true {
+            version = nil
+        } else if let number = container.decodeExactInteger(Int.self, forKey: .version) {
+            version = number
+        } else {
+            // Anything but an integer or null (1.5, 1e300, past Int.max, 1.0000000000000000001).
             throw DecodingError.typeMismatch(
                 Int.self,
                 .init(codingPath: container.codingPath + [CodingKeys.version], debugDescription: "not an integer")

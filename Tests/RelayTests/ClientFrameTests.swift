@@ -134,10 +134,23 @@ import Testing
         #expect(frame.id == .value(expected))
     }
 
-    @Test(arguments: ["9223372036854775808.0", "-9223372036854775809.0", "9.3e18", "1.5", "5e-1", "1e400"])
+    /// A number whose value is not an integer is no id, however close to one a Double reads it
+    /// (JSONDecoder's own integer decoding took `1.0000000000000000001` for 1 and `1e-400` for
+    /// 0, so two ids were answered with the same `re`).
+    @Test(arguments: [
+        "9223372036854775808.0", "-9223372036854775809.0", "9.3e18", "1.5", "5e-1", "1e400",
+        "1.0000000000000000001", "1e-400", "-1e-400", "0.000000000000000000001", "4.0000000000000000000001e0",
+    ])
     func numbersThatAreNotInt64IntegersAreNotIDs(_ text: String) throws {
         let frame = try #require(ClientFrame.parse(Array(#"{"op":"ping","id":\#(text)}"#.utf8))?.frame)
         #expect(frame.id == .invalid)
+    }
+
+    /// `after` is read exactly too: `1e-400` is not 0.
+    @Test(arguments: ["1e-400", "0.0000000000000000001", "2.0000000000000000001", "1e400", "-1"])
+    func afterThatIsNotAnExactIntegerIsInvalid(_ text: String) throws {
+        let frame = try #require(ClientFrame.parse(Array(#"{"op":"resume","epoch":"e","after":\#(text)}"#.utf8))?.frame)
+        #expect(frame.after == .invalid)
     }
 
     /// 1–64 characters, counted as Unicode scalars: one grapheme of 65 scalars is too long, 64

@@ -34,7 +34,7 @@ import Testing
         #expect(message(#"{"payload":{"todo":{"id":"nope"}}}"#) == "payload.todo.id must be a UUID string.")
         // Numbers that are no Int: Foundation's own error names no field.
         let id = #""id":"6f1c0000-0000-0000-0000-000000000001""#
-        for version in ["1.5", "2.5", "1e300", "99999999999999999999999", "\"1\""] {
+        for version in ["1.5", "2.5", "1e300", "99999999999999999999999", "\"1\"", "1.0000000000000000001", "1e-400"] {
             #expect(
                 message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#)
                     == "payload.todo.version must be an integer."
