@@ -84,9 +84,15 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // After an answer that closes the connection, no further request is read (RFC 9112
+        // §9.6): what follows it is dropped until the close.
+        if answeredClosing { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
             self.head = head
+            if let expectation = head.headers.first(name: "Expect") {
+                expect(context, expectation, head)
+            }
         case .body:
             break
         case .end:
@@ -125,14 +131,64 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// handler, which leaves the closing to the pipeline: the connection ends here. (A refused
     /// upgrade's error is no reason to close: the request is answered as any other.)
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard error is HTTPParserError else { return context.fireErrorCaught(error) }
-        context.close(promise: nil)
+        guard let error = error as? HTTPParserError else { return context.fireErrorCaught(error) }
+        // NIO's pipelining handler passes a parse error on only once the answer before it is
+        // out. After an answer that closed the connection, the bytes that followed it are no
+        // request (llhttp calls them data after `Connection: close`): nothing more is sent.
+        // (That answer's own write closes the connection once it is out: closing here, while
+        // NIO's pipelining handler hands this error on from inside that write, would drop it.)
+        guard !answeredClosing else { return }
+        answeredClosing = true
+        let (status, text) =
+            error == .invalidMethod
+            ? (HTTPResponseStatus.notImplemented, "Unknown method: only GET and HEAD are supported.\n")
+            : (.badRequest, "Bad request: not HTTP/1.1 this server can read.\n")
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        headers.add(name: "Content-Length", value: String(text.utf8.count))
+        headers.add(name: "Date", value: HTTPDate.now())
+        headers.add(name: "Connection", value: "close")
+        if error == .invalidMethod { headers.add(name: "Allow", value: "GET, HEAD") }
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+            promise: nil
+        )
+        context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    /// An answer that closes the connection was written: nothing more is read or answered.
+    private var answeredClosing = false
+
+    /// `Expect` (RFC 9110 §10.1.1). No route takes a body, so `100-continue` on a request
+    /// that is answered anyway (`GET`, `HEAD`) gets `100 Continue` at once, and on any other
+    /// method the final `405` at once, closing (the body it would send is not wanted); any
+    /// other expectation is `417`.
+    private func expect(_ context: ChannelHandlerContext, _ expectation: String, _ head: HTTPRequestHead) {
+        guard expectation.trimmingCharacters(in: .whitespaces).lowercased() == "100-continue" else {
+            self.head = nil
+            return respond(
+                context,
+                head,
+                .expectationFailed,
+                "text/plain; charset=utf-8",
+                Array("Only the expectation 100-continue is supported.\n".utf8),
+                close: true
+            )
+        }
+        guard head.method == .GET || head.method == .HEAD else {
+            self.head = nil
+            return route(context, head, close: true)
+        }
+        let interim = HTTPResponseHead(version: head.version, status: .continue)
+        context.writeAndFlush(wrapOutboundOut(.head(interim)), promise: nil)
     }
 
     /// The web client's module (`Sources/TodoWeb/web/todostream.js`).
     static let clientModulePath = "/todostream.js"
 
-    private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
+    private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, close: Bool = false) {
         let path = Self.path(of: head.uri)
         // RFC 9112 §3.2: an HTTP/1.1 request without a Host, or any request with more than one,
         // is answered 400 (the same for a WebSocket handshake, RFC 6455 §4.1).
@@ -156,7 +212,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 Array("Only GET and HEAD are supported.\n".utf8),
                 extra: [("Allow", "GET, HEAD")],
                 // After a CONNECT the parser reads no further request on this connection.
-                close: head.method == .CONNECT
+                close: close || head.method == .CONNECT
             )
         }
         if path == "/healthz" {
@@ -324,6 +380,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: contentType)
         headers.add(name: "Content-Length", value: String(body.count))
+        headers.add(name: "Date", value: HTTPDate.now())
         headers.add(name: "X-Content-Type-Options", value: "nosniff")
         // The page loads only its own files and talks only to this daemon, and no other site
         // may frame it (its delete buttons would be a click away from someone else's page).
@@ -333,6 +390,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         for (name, value) in extra { headers.add(name: name, value: value) }
         let keepAlive = request.isKeepAlive && !close
         if !keepAlive {
+            answeredClosing = true
             // One Connection header: `upgrade, close` after a 426 that closes.
             let tokens = headers["Connection"] + ["close"]
             headers.replaceOrAdd(name: "Connection", value: tokens.joined(separator: ", "))
@@ -363,5 +421,32 @@ struct JSONWriterProxy {
         writer.field("resyncs", report.resyncs)
         writer.endObject()
         return writer.bytes
+    }
+}
+
+/// HTTP's date (RFC 9110 §5.6.7, IMF-fixdate): `Sun, 06 Nov 1994 08:49:37 GMT`.
+enum HTTPDate {
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static func now() -> String { format(secondsSince1970: Int(Date().timeIntervalSince1970)) }
+
+    static func format(secondsSince1970 seconds: Int) -> String {
+        let dayNumber = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = seconds - dayNumber * 86_400
+        // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+        let shifted = dayNumber + 719_468
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthPrime = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthPrime + 2) / 5 + 1
+        let month = monthPrime < 10 ? monthPrime + 3 : monthPrime - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        let weekday = ((dayNumber % 7) + 11) % 7  // 1970-01-01 was a Thursday
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[weekday]), \(two(day)) \(months[month - 1]) \(year) "
+            + "\(two(secondOfDay / 3600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60)) GMT"
     }
 }

@@ -446,13 +446,16 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             assets: assets
         )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
+        // Without NIO's error handler: `HTTPHandler` answers a request the parser refuses
+        // itself (501 for an unknown method, nothing after an answer that closed).
         try sync.configureHTTPServerPipeline(
             withServerUpgrade: (
                 upgraders: [upgrader],
                 completionHandler: { context in
                     context.pipeline.syncOperations.removeHandler(boundHandler.value, promise: nil)
                 }
-            )
+            ),
+            withErrorHandling: false
         )
         try sync.addHandler(httpHandler)
     }

@@ -602,6 +602,54 @@ struct RawWebSocket {
         }
     }
 
+    /// RFC 9110/9112 details a client can rely on: every answer has a `Date`; `Expect:
+    /// 100-continue` gets `100 Continue` on a GET and the final `405` at once on a POST (no
+    /// route takes a body); an unknown method is `501` with `Allow`; and nothing is answered
+    /// after an answer that closed the connection (a pipelined request behind
+    /// `Connection: close` once got an unasked `400`).
+    @Test func datesExpectationsUnknownMethodsAndNothingAfterAClose() async throws {
+        try await withDaemon { daemon in
+            let plain = try await TestConnection.connect(port: daemon.httpPort)
+            try await plain.send(
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            let closed = String(decoding: try await plain.waitForClose(timeout: .seconds(10)), as: UTF8.self)
+            #expect(closed.hasPrefix("HTTP/1.1 200 "), "\(closed)")
+            #expect(closed.components(separatedBy: "HTTP/1.1 ").count == 2, "one answer only: \(closed)")
+            let date = try #require(closed.split(separator: "\r\n").first { $0.lowercased().hasPrefix("date: ") })
+            #expect(date.hasSuffix(" GMT") && date.count == "date: Sun, 06 Nov 1994 08:49:37 GMT".count, "\(date)")
+
+            let continued = try await TestConnection.connect(port: daemon.httpPort)
+            try await continued.send(
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+            )
+            #expect(try await continued.line().hasPrefix("HTTP/1.1 100 "))
+            try await continued.send("{}")
+            let final = String(decoding: try await continued.bytes(through: Array("\r\n\r\n".utf8)), as: UTF8.self)
+            #expect(final.contains("HTTP/1.1 200 "), "\(final)")
+
+            let post = try await TestConnection.connect(port: daemon.httpPort)
+            try await post.send(
+                "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n"
+            )
+            let refused = String(decoding: try await post.waitForClose(timeout: .seconds(5)), as: UTF8.self)
+            #expect(refused.hasPrefix("HTTP/1.1 405 "), "at once, without the body: \(refused)")
+
+            let unknown = try await TestConnection.connect(port: daemon.httpPort)
+            try await unknown.send("FOO / HTTP/1.1\r\nHost: x\r\n\r\n")
+            let notImplemented = String(decoding: try await unknown.waitForClose(timeout: .seconds(5)), as: UTF8.self)
+            #expect(notImplemented.hasPrefix("HTTP/1.1 501 "), "\(notImplemented)")
+            #expect(notImplemented.contains("Allow: GET, HEAD"))
+        }
+    }
+
+    @Test func httpDatesAreIMFFixdates() {
+        #expect(HTTPDate.format(secondsSince1970: 784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(HTTPDate.format(secondsSince1970: 0) == "Thu, 01 Jan 1970 00:00:00 GMT")
+        #expect(HTTPDate.format(secondsSince1970: 1_709_164_800) == "Thu, 29 Feb 2024 00:00:00 GMT")
+        #expect(HTTPDate.format(secondsSince1970: 1_795_910_399) == "Sat, 28 Nov 2026 23:59:59 GMT")
+    }
+
     /// An HTTP connection has `limits.handshake_timeout_ms` for each whole request: one that
     /// sends half a request, and one kept alive after its answer, are closed; a WebSocket
     /// opened before them has no deadline once upgraded.

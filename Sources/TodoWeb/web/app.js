@@ -908,7 +908,7 @@ window.addEventListener("online", () => client.reconnectNow());
 document.addEventListener("visibilitychange", () => {
   if (document.visibilityState === "visible") client.reconnectNow();
 });
-window.addEventListener("pagehide", () => client.socket?.close(1001));
+window.addEventListener("pagehide", () => client.socket?.close(1000));
 
 // Access tokens, for daemons that require auth (kept for this tab only).
 
