@@ -185,7 +185,9 @@ struct Replay: AsyncParsableCommand {
             layer's copies are read as recorded answers. A recorded answer (the next later line \
             whose re equals the request's id; in a tap recording, the next answer of the \
             request's session) is compared with the new one, ignoring times, seqs and sessions. \
-            An error without re (frame_too_large) answers the request waiting. A request with \
+            An error without re (frame_too_large) answers the request waiting. An error is an \
+            answer like any other: the same error as recorded is no difference; with no recorded \
+            answer, it is reported as refused. A request with \
             no answer within --timeout seconds is reported as refused and replay stops; when the \
             daemon closes the connection, every request not answered is reported as refused. \
             Exit status 2 when any answer differed or was refused.
@@ -274,7 +276,10 @@ struct Replay: AsyncParsableCommand {
                 let answer: [String: Any]
                 switch await connection.send(frame, id: id, type: type, &replies, outbound) {
                 case .answered(let object): answer = object
-                case .refused(let reason):
+                case .error(let object, _) where recorded[index] != nil:
+                    // Compared with what was recorded, as any answer is.
+                    answer = object
+                case .error(_, let reason), .refused(let reason):
                     report("line \(number): \(type) refused: \(reason)")
                     differences += 1
                     continue
@@ -311,7 +316,9 @@ struct Replay: AsyncParsableCommand {
     enum Outcome {
         /// The daemon's answer (a save's reply, the first of its two answers).
         case answered([String: Any])
-        /// Why it has no answer to compare: the daemon's error, or no answer at all.
+        /// The daemon's error frame, and its message.
+        case error([String: Any], String)
+        /// No answer at all: why.
         case refused(String)
     }
 
@@ -353,7 +360,7 @@ struct Replay: AsyncParsableCommand {
                     let isError = object["op"] as? String == "error"
                     guard object["re"] as? String == id || (isError && object["re"] == nil) else { continue }
                     if isError {
-                        return .refused("\((object["error"] as? [String: Any])?["message"] ?? "")")
+                        return .error(object, "\((object["error"] as? [String: Any])?["message"] ?? "")")
                     }
                     // An update answers twice (the saved detail, then the broadcast): keep the reply.
                     if answer == nil { answer = object }

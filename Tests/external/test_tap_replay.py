@@ -330,6 +330,30 @@ def test_replay_reports_a_request_over_the_frame_limit_as_refused_and_goes_on(da
     assert "replayed 2 requests" in result.stderr and "1 difference" in result.stderr, result.stderr
 
 
+def test_replay_compares_an_error_answer_with_the_recorded_one(daemon, tmp_path):
+    """An error is an answer like any other: the same error as recorded (a saved nc session
+    with a bad request) is no difference; another one is, with both shown. It was always
+    reported as refused, so such a session never replayed cleanly."""
+    bad = {"type": "RequestTodoDetailViewModel", "id": "f", "payload": {"todo": {"id": "bad"}}}
+    sock, reader, _ = line_client(daemon.tcp_port)
+    sock.sendall((json.dumps(bad) + "\n").encode())
+    answer = json.loads(reader.readline())
+    assert answer["error"]["code"] == "invalid_payload", answer
+    sock.close()
+    same = tmp_path / "same.ndjson"
+    same.write_text(json.dumps(bad) + "\n" + json.dumps(answer) + "\n")
+    result = _replay(same, daemon.tcp_port)
+    assert result.returncode == 0, result.stderr
+    assert "replayed 1 request" in result.stderr and "0 differences" in result.stderr, result.stderr
+    other = dict(answer, error={"code": "not_found", "message": "No such todo."})
+    differs = tmp_path / "differs.ndjson"
+    differs.write_text(json.dumps(bad) + "\n" + json.dumps(other) + "\n")
+    result = _replay(differs, daemon.tcp_port)
+    assert result.returncode == 2, result.stderr
+    assert "line 1: RequestTodoDetailViewModel answered differently" in result.stderr, result.stderr
+    assert "invalid_payload" in result.stderr and "not_found" in result.stderr, result.stderr
+
+
 def _fake_daemon(after_first_request):
     """A server that greets like todostreamd, reads the first request and then does
     `after_first_request(connection)`; returns its port and a function that stops it."""
