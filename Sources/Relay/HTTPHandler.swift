@@ -41,7 +41,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let health: @Sendable () async -> HealthReport
     private let metrics: @Sendable () async -> String
     private let originAllowed: @Sendable (HTTPHeaders) -> Bool
-    /// Whether every connection `max_connections` allows is taken (an upgrade then gets 503).
+    /// Whether every connection `max_connections` or `max_connections_per_ip` allows is taken
+    /// (an upgrade then gets 503).
     private let sessionsFull: @Sendable () -> Bool
     private let assets: HTTPAssets
     private var head: HTTPRequestHead?
@@ -272,7 +273,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     head,
                     .serviceUnavailable,
                     "text/plain; charset=utf-8",
-                    Array("Too many connections (limits.max_connections); try again later.\n".utf8),
+                    Array(
+                        "Too many connections (limits.max_connections or max_connections_per_ip); try again later.\n"
+                            .utf8
+                    ),
                     extra: [("Retry-After", "1")],
                     close: true
                 )

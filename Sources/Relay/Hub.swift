@@ -168,6 +168,17 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
 
+    /// Connections open from `ip`.
+    func connectionCount(from ip: String) -> Int { counters.withLockedValue { $0.perIP[ip, default: 0] } }
+
+    /// Whether every connection the limits allow is taken, in all or from `ip`: a WebSocket
+    /// upgrade on HTTP's reserve then opens no session.
+    func sessionsFull(from ip: String, limits: RelayConfiguration) -> Bool {
+        counters.withLockedValue { counters in
+            counters.total > limits.maxConnections || counters.perIP[ip, default: 0] > limits.maxConnectionsPerIP
+        }
+    }
+
     func makeSessionID() -> SessionID {
         nextSessionID.withLockedValue {
             $0 += 1
@@ -185,12 +196,13 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
         case tooManyFromIP
     }
 
-    /// `reserve`: connections past `maxConnections` this listener may take (HTTP's, for plain
-    /// requests).
+    /// `reserve`: connections past `maxConnections`, and past `maxConnectionsPerIP` from one
+    /// address, this listener may take (HTTP's, for plain requests: monitoring from an address
+    /// whose every connection is taken is still answered).
     func admit(ip: String, limits: RelayConfiguration, reserve: Int = 0) -> Admission {
         counters.withLockedValue { counters in
             if counters.total >= limits.maxConnections + reserve { return .tooManyTotal }
-            if counters.perIP[ip, default: 0] >= limits.maxConnectionsPerIP { return .tooManyFromIP }
+            if counters.perIP[ip, default: 0] >= limits.maxConnectionsPerIP + reserve { return .tooManyFromIP }
             counters.total += 1
             counters.perIP[ip, default: 0] += 1
             return .admitted

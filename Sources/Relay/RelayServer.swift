@@ -376,12 +376,12 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                 let path = HTTPHandler.path(of: head.uri)
                 // RFC 6455 §4.1: the opening handshake is a GET (anything else is answered by
                 // the HTTP handler: 405).
-                // Past `max_connections` (on HTTP's reserve) no session is opened: the HTTP
-                // handler answers 503.
+                // Past `max_connections` or `max_connections_per_ip` (on HTTP's reserve) no
+                // session is opened: the HTTP handler answers 503.
                 guard head.method == .GET, path == "/events",
                     Self.originAllowed(head.headers, allowed: allowedOrigins, loopbackListener: loopbackListener),
                     WebSocketHandshake.problem(head) == nil,
-                    hub.connectionCount <= settings.configuration.maxConnections
+                    !hub.sessionsFull(from: channel.remoteAddress?.ipAddress ?? "?", limits: settings.configuration)
                 else {
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
@@ -442,7 +442,9 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             },
             metrics: metrics,
             originAllowed: { Self.originAllowed($0, allowed: allowedOrigins, loopbackListener: loopbackListener) },
-            sessionsFull: { hub.connectionCount > settings.configuration.maxConnections },
+            sessionsFull: { [ip = channel.remoteAddress?.ipAddress ?? "?"] in
+                hub.sessionsFull(from: ip, limits: settings.configuration)
+            },
             assets: assets
         )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)

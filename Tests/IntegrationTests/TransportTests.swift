@@ -455,10 +455,20 @@ struct RawWebSocket {
         }
     }
 
-    /// With every connection `max_connections` allows taken, `/healthz` and `/metrics` still
-    /// answer (HTTP's reserve), and a WebSocket upgrade on the reserve gets 503.
-    @Test func monitoringAnswersWhenEveryConnectionIsTaken() async throws {
-        try await withDaemon(.custom({ $0.relay.maxConnections = 2 })) { daemon in
+    /// With every connection `max_connections` allows taken, in all or from one address,
+    /// `/healthz` and `/metrics` still answer (HTTP's reserve), and a WebSocket upgrade on the
+    /// reserve gets 503. (Past `max_connections_per_ip` the reserve once did not apply: a proxy
+    /// or a host holding its every connection made monitoring from it blind.)
+    @Test(arguments: ["max_connections", "max_connections_per_ip"])
+    func monitoringAnswersWhenEveryConnectionIsTaken(_ limit: String) async throws {
+        let setup = DaemonSetup.custom { options in
+            if limit == "max_connections" {
+                options.relay.maxConnections = 2
+            } else {
+                options.relay.maxConnectionsPerIP = 2
+            }
+        }
+        try await withDaemon(setup) { daemon in
             let (first, _) = try await daemon.client()
             let (second, _) = try await daemon.client()
             let health = try await httpGet(port: daemon.httpPort, path: "/healthz")
@@ -467,9 +477,11 @@ struct RawWebSocket {
             let (socket, status) = try await RawWebSocket.open(port: daemon.httpPort)
             #expect(socket == nil)
             #expect(status.contains(" 503 "), "\(status)")
-            // A third NDJSON client is refused as before.
+            // A third NDJSON client is refused as before, counted by the limit it was over.
             let third = try await TestConnection.connect(port: daemon.tcpPort)
             #expect(try await third.waitForClose().isEmpty)
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(metrics.contains("\ntodostream_connections_refused_total{limit=\"\(limit)\"} 1\n"), "\(metrics)")
             await first.close()
             await second.close()
         }
