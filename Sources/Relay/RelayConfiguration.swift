@@ -21,6 +21,11 @@ public struct RelayConfiguration: Sendable, Equatable {
     /// SO_SNDBUF for accepted connections (nil leaves the kernel's autotuning on). A small
     /// value makes the outbound bound apply sooner.
     public var socketSendBufferBytes: Int?
+    /// TCP keepalive for accepted connections: after this many seconds without traffic the
+    /// kernel probes the peer (every third of it, three times) and closes a connection whose
+    /// peer is gone (powered off, dropped by a NAT) without a close. nil leaves it off. As
+    /// redis's `tcp-keepalive`; idle streams are allowed, dead ones should not hold a slot.
+    public var tcpKeepaliveSeconds: Int? = 300
     /// Frames read ahead while a request of the same connection is in flight; past this the
     /// daemon stops reading from that connection until it catches up.
     public var maxPipelinedFrames: Int = 64

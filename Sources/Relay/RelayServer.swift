@@ -1,4 +1,5 @@
 import EventStream
+import Glibc
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -264,6 +265,16 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             }
             if let sendBuffer {
                 _ = channel.setOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBuffer))
+            }
+            if let idle = limits.tcpKeepaliveSeconds {
+                // Options of the socket alone, set before the channel's first read.
+                _ = channel.setOption(.socketOption(.so_keepalive), value: 1)
+                _ = channel.setOption(.tcpOption(.init(rawValue: TCP_KEEPIDLE)), value: SocketOptionValue(idle))
+                _ = channel.setOption(
+                    .tcpOption(.init(rawValue: TCP_KEEPINTVL)),
+                    value: SocketOptionValue(max(1, idle / 3))
+                )
+                _ = channel.setOption(.tcpOption(.init(rawValue: TCP_KEEPCNT)), value: 3)
             }
             let key = ObjectIdentifier(channel)
             children.withLockedValue { $0[key] = channel }

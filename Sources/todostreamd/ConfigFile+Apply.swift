@@ -72,6 +72,9 @@ extension ConfigFile {
         if let value = int("limits.socket_send_buffer_bytes") {
             options.relay.socketSendBufferBytes = value == 0 ? nil : value
         }
+        if let value = int("limits.tcp_keepalive_seconds") {
+            options.relay.tcpKeepaliveSeconds = value == 0 ? nil : value
+        }
         if let value = int("journal.max_entries") { options.retention.maxEntries = UInt64(value) }
         if let value = int("journal.max_age_seconds") { options.retention.maxAgeSeconds = UInt64(value) }
         if let value = int("store.max_batch") { options.maxBatch = value }

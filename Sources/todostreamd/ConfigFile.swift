@@ -69,6 +69,7 @@ enum ConfigFile {
         "limits.handshake_timeout_ms": .int(100...3_600_000),
         "limits.initial_hold_ms": .int(0...10_000),
         "limits.socket_send_buffer_bytes": .int(0...(64 << 20)),
+        "limits.tcp_keepalive_seconds": .int(0...86_400),
         "journal.max_entries": .int(1...1_000_000_000),
         "journal.max_age_seconds": .int(0...(10 * 365 * 86_400)),
         "store.max_batch": .int(1...65_536),

@@ -614,6 +614,49 @@ struct RawWebSocket {
         }
     }
 
+    /// The kernel's timer on the daemon's end of a connection from `client` to `port`, from
+    /// `/proc/net/tcp`: its kind (`tr`: 2 is keepalive) and the seconds until it fires.
+    private func serverTimer(port: Int, client: TestConnection) throws -> (kind: Int, seconds: Double) {
+        // Read to its end (a /proc file has no size to read up to; the table is long while the
+        // rest of the suite runs).
+        let file = try #require(FileHandle(forReadingAtPath: "/proc/net/tcp"))
+        defer { try? file.close() }
+        let table = String(decoding: file.readDataToEndOfFile(), as: UTF8.self)
+        let clientPort = try #require(client.channel.localAddress?.port)
+        let local = String(format: ":%04X", port)
+        let remote = String(format: ":%04X", clientPort)
+        let fields = try #require(
+            table.split(separator: "\n").map { $0.split(separator: " ") }.first { fields in
+                fields.count > 5 && fields[1].hasSuffix(local) && fields[2].hasSuffix(remote)
+            },
+            "the daemon's end of the connection in /proc/net/tcp"
+        )
+        let timer = fields[5].split(separator: ":")
+        let kind = try #require(Int(timer[0], radix: 16))
+        let jiffies = try #require(Int(timer[1], radix: 16))
+        return (kind, Double(jiffies) / Double(sysconf(Int32(_SC_CLK_TCK))))
+    }
+
+    /// Accepted connections have TCP keepalive (`limits.tcp_keepalive_seconds`), so that a
+    /// client gone without a close (powered off, dropped by a NAT) does not hold its slot
+    /// forever; 0 turns it off. (They had none: an idle stream from a vanished client stayed
+    /// open for good.)
+    @Test func acceptedConnectionsHaveTCPKeepalive() async throws {
+        try await withDaemon(.custom({ $0.relay.tcpKeepaliveSeconds = 120 })) { daemon in
+            let (client, _) = try await daemon.client()
+            let timer = try serverTimer(port: daemon.tcpPort, client: client)
+            #expect(timer.kind == 2, "a keepalive timer")
+            #expect(timer.seconds > 60 && timer.seconds <= 121, "\(timer.seconds) s")
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort).0)
+            _ = try await ws.receiveJSON()
+            #expect(try serverTimer(port: daemon.httpPort, client: ws.connection).kind == 2)
+        }
+        try await withDaemon(.custom({ $0.relay.tcpKeepaliveSeconds = nil })) { daemon in
+            let (client, _) = try await daemon.client()
+            #expect(try serverTimer(port: daemon.tcpPort, client: client).kind == 0, "no timer")
+        }
+    }
+
     /// RFC 9110/9112 details a client can rely on: every answer has a `Date`; `Expect:
     /// 100-continue` gets `100 Continue` on a GET and the final `405` at once on a POST (no
     /// route takes a body); an unknown method is `501` with `Allow`; and nothing is answered
