@@ -203,7 +203,21 @@ enum ConfigFile {
         default: break
         }
         if let number = Int(text.hasPrefix("+") ? String(text.dropFirst()) : text) { return number }
+        if isWholeNumber(text) { return WholeNumberTooLarge(text: text) }
         return text
+    }
+
+    /// A plain decimal that does not fit 64 bits: out of every integer setting's range.
+    struct WholeNumberTooLarge: CustomStringConvertible {
+        let text: String
+        var description: String { text }
+    }
+
+    /// Digits, with a sign or not.
+    private static func isWholeNumber(_ text: String) -> Bool {
+        var digits = Substring(text)
+        if digits.first == "-" || digits.first == "+" { digits = digits.dropFirst() }
+        return !digits.isEmpty && digits.allSatisfy { $0.isASCII && $0.isNumber }
     }
 
     /// A node as plain values: scalars by `value(of:)`, sequences as arrays, mappings with
@@ -258,8 +272,10 @@ enum ConfigFile {
             guard let text = environment[name] else { continue }
             let value: Any
             switch keys[key] {
-            case .int:
-                guard let number = Int(text) else { throw ConfigError(message: "\(name) must be a whole number") }
+            case .int(let range):
+                guard let number = Int(text) else {
+                    throw ConfigError(message: notAnInt(name, text, range, tooLarge: isWholeNumber(text)))
+                }
                 value = number
             case .bool:
                 guard
@@ -300,6 +316,13 @@ enum ConfigFile {
         return flags[key] ?? key
     }
 
+    /// Why a value given for an integer setting is not one: a whole number too large for any
+    /// setting (`tooLarge`) is out of its range, not "not a whole number".
+    private static func notAnInt(_ label: String, _ text: String, _ range: ClosedRange<Int>, tooLarge: Bool) -> String {
+        guard tooLarge else { return "\(label) must be a whole number" }
+        return "\(label) is \(text), out of range \(range.lowerBound)...\(range.upperBound)"
+    }
+
     static func environmentName(_ key: String) -> String {
         "TODOSTREAM_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }
@@ -324,7 +347,9 @@ enum ConfigFile {
         case .bool:
             guard value is Bool else { throw ConfigError(message: "\(label) must be true or false") }
         case .int(let range):
-            guard let number = value as? Int else { throw ConfigError(message: "\(label) must be a whole number") }
+            guard let number = value as? Int else {
+                throw ConfigError(message: notAnInt(label, "\(value)", range, tooLarge: value is WholeNumberTooLarge))
+            }
             guard range.contains(number) else {
                 throw ConfigError(
                     message: "\(label) is \(number), out of range \(range.lowerBound)...\(range.upperBound)"
