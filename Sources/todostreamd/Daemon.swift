@@ -362,7 +362,7 @@ final class Daemon: Sendable {
                     resyncs: hub.metrics.resynchronizations
                 )
             },
-            metrics: {
+            metrics: { [sqliteDirectory = options.storage == .sqlite ? options.dataDirectory : nil] in
                 let figures = await figuresLookout.value(
                     { StoreFigures(healthy: await store.lastSeenHealthy, commitLatency: await store.commitLatency) },
                     stalled: { StoreFigures(healthy: false, commitLatency: $0.commitLatency) }
@@ -379,7 +379,7 @@ final class Daemon: Sendable {
                         "# HELP todostream_store_pending_writes Requests queued for the sequencer's next batch.",
                         "# TYPE todostream_store_pending_writes gauge",
                         "todostream_store_pending_writes \(sequencer.queued)",
-                    ]
+                    ] + StorageSpace.prometheus(directory: sqliteDirectory)
                         + commitLatency.prometheus(
                             name: "todostream_store_commit_seconds",
                             help:
@@ -654,5 +654,32 @@ final class Daemon: Sendable {
     /// shuts down as soon as it runs.
     func shutdown() async {
         await serviceGroup.triggerGracefulShutdown()
+    }
+}
+
+/// The space left for a SQLite store, for `/metrics`: a disk that fills up fails every commit
+/// (`/healthz` then says so), and this is what an alert watches before it does.
+enum StorageSpace {
+    /// `todostream_storage_free_bytes` (what an unprivileged writer may still use on the data
+    /// directory's file system) and `todostream_storage_file_bytes` (the database and its WAL);
+    /// nothing without a directory (the other engines) or when the file system cannot be asked.
+    static func prometheus(directory: String?) -> [String] {
+        guard let directory else { return [] }
+        var space = statvfs()
+        guard statvfs(directory, &space) == 0 else { return [] }
+        let free = UInt64(space.f_bavail) * UInt64(space.f_frsize)
+        var files: UInt64 = 0
+        for name in ["todostream.sqlite", "todostream.sqlite-wal"] {  // SQLiteBackend.fileName and its WAL
+            var status = stat()
+            if stat(directory + "/" + name, &status) == 0 { files += UInt64(status.st_size) }
+        }
+        return [
+            "# HELP todostream_storage_free_bytes Space left on the data directory's file system (SQLite).",
+            "# TYPE todostream_storage_free_bytes gauge",
+            "todostream_storage_free_bytes \(free)",
+            "# HELP todostream_storage_file_bytes Size of the SQLite database and its WAL.",
+            "# TYPE todostream_storage_file_bytes gauge",
+            "todostream_storage_file_bytes \(files)",
+        ]
     }
 }

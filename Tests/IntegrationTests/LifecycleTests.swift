@@ -78,6 +78,30 @@ actor LifecycleStore: ServedStore {
 
     /// The order of a shutdown, seen from the store: the follower stops, then the store closes
     /// (once), then its connections stop, all before `run()` returns.
+    /// With SQLite, `/metrics` says how much space is left on the data directory's file system
+    /// and how large the store is, for an alert before a full disk fails every commit; other
+    /// engines have no such figures.
+    @Test func metricsTellTheSpaceLeftForASQLiteStore() async throws {
+        func figure(_ name: String, in metrics: String) -> UInt64? {
+            metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap {
+                UInt64($0.split(separator: " ")[1])
+            }
+        }
+        try await withDaemon(storage: .sqlite) { daemon in
+            let (client, _) = try await daemon.client()
+            _ = try await client.createTodo(String(repeating: "x", count: 900))
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            let free = try #require(figure("todostream_storage_free_bytes", in: metrics), "\(metrics)")
+            #expect(free > 0)
+            let files = try #require(figure("todostream_storage_file_bytes", in: metrics))
+            #expect(files >= 8192, "the database and its WAL hold the todo: \(files)")
+        }
+        try await withDaemon(storage: .memory) { daemon in
+            let metrics = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+            #expect(!metrics.contains("todostream_storage_free_bytes"))
+        }
+    }
+
     @Test func theStoreClosesOnceBetweenTheFollowerAndItsConnections() async throws {
         let store = await LifecycleStore()
         let daemon = try await Daemon.start(Self.options(), logger: Self.logger, store: store)
