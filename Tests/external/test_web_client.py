@@ -316,6 +316,93 @@ def test_the_module_applies_each_write_once_and_bounds_its_outbox(browsers, daem
     assert stored["todo"]["version"] == 4 and stored["complete"] is True, stored
 
 
+# A live broadcast ahead of the replay. After `auth` the daemon's start hold is over
+# (PROTOCOL §2), so a broadcast made between the greeting and the client's `resume` reaches it
+# first, and the replay of what it missed (older seqs) comes after. A scripted server (a
+# stand-in for `WebSocket`) makes that order every time.
+
+RESUME_ORDER_JS = """
+const done = arguments[arguments.length - 1];
+(async () => {
+  const sockets = [];
+  class ScriptedSocket extends EventTarget {
+    static OPEN = 1;
+    constructor(url) {
+      super();
+      this.readyState = 1;
+      this.sent = [];
+      sockets.push(this);
+      setTimeout(() => this.dispatchEvent(new Event("open")), 0);
+    }
+    send(text) { this.sent.push(JSON.parse(text)); this.onSend?.(JSON.parse(text)); }
+    close() {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      setTimeout(() => this.dispatchEvent(new Event("close")), 0);
+    }
+    // Later, in order, as a socket's messages come (never inside the `send` that caused them).
+    deliver(frame) { setTimeout(() => this.dispatchEvent(new MessageEvent("message", { data: JSON.stringify(frame) })), 0); }
+  }
+  const todo = (title, version, seq) => ({
+    type: "ResponseTodoViewModel", seq,
+    payload: { todo: { id: "6f1c0000-0000-0000-0000-000000000001", version }, title, subtitle: "",
+               priority: "normal", complete: false, deleted: false },
+  });
+  window.WebSocket = ScriptedSocket;
+  const { TodoStream } = await import("/todostream.js");
+  const seen = [];
+  const client = new TodoStream({
+    url: "ws://scripted/events",
+    backoffBaseMs: 1, backoffCapMs: 2,
+    onReset: async (c) => { await c.request({ type: "RequestTodoViewModels" }); },
+  });
+  const syncs = [];
+  client.addEventListener("synced", (event) => syncs.push(event.detail.how));
+  client.addEventListener("broadcast", (event) => seen.push(event.detail.frame.seq));
+  const wait = async (test) => { for (let i = 0; i < 500 && !test(); i++) await new Promise((r) => setTimeout(r, 10)); };
+  client.start();
+  await wait(() => sockets.length === 1);
+  const first = sockets[0];
+  first.onSend = (frame) => {
+    if (frame.type === "RequestTodoViewModels") first.deliver({ type: "ResponseTodoViewModels", re: frame.id, payload: { todos: [] } });
+  };
+  first.deliver({ op: "hello", session: "s1", epoch: "E", seq: 57, protocol: 1, features: ["mid"], auth: "none", subscriptions: ["Response*"] });
+  await wait(() => syncs.length === 1);
+  first.close();
+  await wait(() => sockets.length === 2);
+  const second = sockets[1];
+  second.onSend = (frame) => {
+    if (frame.op !== "resume") return;
+    second.deliver(todo("live", 4, 60));       // live, ahead of the replay
+    second.deliver(todo("replayed", 2, 58));   // the replay of what was missed
+    second.deliver(todo("replayed", 3, 59));
+    second.deliver({ op: "resumed", re: frame.id, from: 58, to: 60 });
+  };
+  second.deliver({ op: "hello", session: "s2", epoch: "E", seq: 60, protocol: 1, features: ["mid"], auth: "none", subscriptions: ["Response*"] });
+  await wait(() => syncs.length === 2);
+  const resume = second.sent.find((frame) => frame.op === "resume");
+  client.stop();
+  return { seen, syncs, resume, lastSeq: client.lastSeq, sent: sockets.map((socket) => socket.sent) };
+})().then(done, (error) => done({ failed: String(error && error.stack || error) }));
+"""
+
+
+def test_a_live_broadcast_ahead_of_the_replay_loses_nothing(browsers, daemon):
+    """Every broadcast is passed on once, in seq order, and the position ends at the newest:
+    the replayed 58 and 59 were dropped as seen once the live 60 had moved the position (lost
+    updates on the page, with no refetch)."""
+    driver = browsers[0]
+    driver.get(f"{daemon.http_url}/")
+    driver.set_script_timeout(RESTART_WAIT)
+    result = driver.execute_async_script(RESUME_ORDER_JS)
+    driver.get("about:blank")
+    assert "failed" not in result, result["failed"]
+    assert (result["resume"] or {}).get("after") == 57 and result["resume"]["epoch"] == "E", result
+    assert result["seen"] == [58, 59, 60], result
+    assert result["syncs"] == ["loaded", "resumed"], result
+    assert result["lastSeq"] == 60, result
+
+
 # SIGKILL while writes are in flight: the module's outbox sends every unanswered write again
 # with its mid once the daemon is back, and each is applied exactly once.
 

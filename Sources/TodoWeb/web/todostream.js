@@ -29,7 +29,9 @@
  * greeting the client authenticates with `auth` when the daemon requires it (the token comes
  * from `options.token()`; without one it reports state "auth" and waits for
  * `authenticate(token)`). It keeps the epoch and the highest seq it has seen; after a reconnect
- * it sends `resume` and gets exactly what it missed. When it cannot resume (first connect,
+ * it sends `resume` and gets exactly what it missed (broadcasts that come while the resume
+ * runs, live ones ahead of the replay among them, are passed on in seq order once it is done).
+ * When it cannot resume (first connect,
  * `gap`, a jump in seq) it reports a reset: the "reset" event, then `onReset`. A lost
  * connection is retried with exponential backoff and full jitter (0.5 s doubling to 15 s);
  * `{"op":"draining","reconnect_after_ms":N}` makes it wait N ms plus jitter instead. It pings
@@ -148,6 +150,8 @@ export class TodoStream extends EventTarget {
     this.stopped = true;
     this.attempt = 0;
     this.drainDelay = null;
+    /** While a resume runs: its socket, the seq it resumes after, the broadcasts held. */
+    this.resuming = null;
     /** Whether the state the caller holds is complete up to lastSeq (an onReset finished). */
     this.complete = false;
     this.resetting = false;
@@ -391,6 +395,15 @@ export class TodoStream extends EventTarget {
   }
 
   #broadcast(frame) {
+    // While a resume runs, a live broadcast may come ahead of the replay (after `auth` the
+    // daemon's start hold is over, PROTOCOL §2): everything after the resume point waits here
+    // and is passed on in seq order once `resumed` comes. (Passed on as it came, the live one
+    // moved the position past the replay, whose broadcasts were then dropped as seen: lost
+    // updates, with no refetch.)
+    if (this.resuming?.socket === this.socket) {
+      if (frame.seq > this.resuming.after) this.resuming.frames.push(frame);
+      return;
+    }
     if (this.lastSeq !== null && frame.seq <= this.lastSeq) return; // seen already
     const missed = this.live && this.lastSeq !== null && frame.seq > this.lastSeq + 1;
     this.lastSeq = frame.seq;
@@ -458,11 +471,21 @@ export class TodoStream extends EventTarget {
     const epoch = this.epoch;
     if (greeting.epoch !== epoch) this.lastSeq = null;
     const socket = this.socket;
+    const resuming = greeting.epoch === epoch ? { socket, after, frames: [] } : null;
+    this.resuming = resuming;
     const frame = await this.request({ op: "resume", epoch, after });
+    if (this.resuming === resuming) this.resuming = null;
     if (socket !== this.socket) return;
     if (frame.op === "resumed") {
       this.epoch = greeting.epoch;
       if (this.lastSeq === null || this.lastSeq < after) this.lastSeq = after;
+      // The replay and any live broadcast that came ahead of it, in seq order, each once.
+      let missed = false;
+      for (const held of resuming?.frames.sort((a, b) => a.seq - b.seq) ?? []) {
+        if (held.seq > this.lastSeq + 1) missed = true;
+        this.#broadcast(held);
+      }
+      if (missed) return this.#reset("refetched");
       return this.#goLive("resumed");
     }
     if (frame.op === "gap") return this.#resetFrom({ epoch: frame.epoch ?? greeting.epoch, seq: frame.seq ?? greeting.seq }, "refetched");
