@@ -91,7 +91,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             self.head = head
-            if let expectation = head.headers.first(name: "Expect") {
+            // RFC 9110 §10.1.1: an HTTP/1.0 request's 100-continue is ignored.
+            if head.version.major == 1, head.version.minor >= 1, let expectation = head.headers.first(name: "Expect") {
                 expect(context, expectation, head)
             }
         case .body:
@@ -128,9 +129,11 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelWritabilityChanged()
     }
 
-    /// A request NIO could not parse was answered `400` with `Connection: close` by its error
-    /// handler, which leaves the closing to the pipeline: the connection ends here. (A refused
-    /// upgrade's error is no reason to close: the request is answered as any other.)
+    /// A request NIO could not parse is answered here (NIO's own error handler is not in the
+    /// pipeline): `400`, or `501` for a method the parser does not know, with
+    /// `Connection: close`, and the connection ends once the answer is out. Other errors (a
+    /// refused upgrade's among them) go on down the pipeline: the request is answered as any
+    /// other.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard let error = error as? HTTPParserError else { return context.fireErrorCaught(error) }
         // NIO's pipelining handler passes a parse error on only once the answer before it is

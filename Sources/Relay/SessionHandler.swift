@@ -882,6 +882,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func enqueueOwnBroadcast(_ frame: ByteBuffer, seq: UInt64, typeIndex: Int) -> Bool {
         guard !lifecycle.isClosing else { return false }
         resumption.ownBroadcastSent(seq: seq, typeIndex: typeIndex)
+        // Its size is learnt as a reply's is: how many pipelined toggles may join those in
+        // flight is then bounded by what their answers take, not only by the read-ahead.
+        admission.replyWritten(bytes: frame.readableBytes)
         return enqueueBroadcast(frame, seq: seq, asked: true)
     }
 

@@ -69,7 +69,8 @@ enum ConfigFile {
         "limits.handshake_timeout_ms": .int(100...3_600_000),
         "limits.initial_hold_ms": .int(0...10_000),
         "limits.socket_send_buffer_bytes": .int(0...(64 << 20)),
-        "limits.tcp_keepalive_seconds": .int(0...86_400),
+        // Linux takes at most 32767 s for TCP_KEEPIDLE.
+        "limits.tcp_keepalive_seconds": .int(0...32_767),
         "journal.max_entries": .int(1...1_000_000_000),
         "journal.max_age_seconds": .int(0...(10 * 365 * 86_400)),
         "store.max_batch": .int(1...65_536),
@@ -189,8 +190,8 @@ enum ConfigFile {
     /// A scalar as the config's kinds need it, resolved here rather than by Yams (whose YAML 1.1
     /// resolution traps on a base-60 integer that overflows, such as `1:2:3…`, found by the
     /// fuzz target): a plain `true`/`yes`/`on` or `false`/`no`/`off` (any case) is a Bool, a
-    /// plain decimal that fits 64 bits is an Int, everything else (quoted scalars included) is
-    /// its text.
+    /// plain decimal that fits 64 bits is an Int, a longer one `WholeNumberTooLarge`,
+    /// everything else (quoted scalars included) is its text.
     static func value(of scalar: Node.Scalar) -> Any {
         let text = scalar.string
         // `!!null`, whatever its text, as well as a plain `~`, `null` or nothing.

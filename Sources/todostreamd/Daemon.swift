@@ -121,6 +121,9 @@ struct DaemonOptions: Sendable {
 struct StoreFigures: Sendable {
     var healthy: Bool
     var commitLatency: LatencyHistogram
+    /// `StorageSpace`'s lines (SQLite): asked with the store's figures, behind the same
+    /// patience, so that a file system that does not answer holds one scrape, not every one.
+    var space: [String] = []
 }
 
 /// A startup failure, said in one line.
@@ -364,7 +367,13 @@ final class Daemon: Sendable {
             },
             metrics: { [sqliteDirectory = options.storage == .sqlite ? options.dataDirectory : nil] in
                 let figures = await figuresLookout.value(
-                    { StoreFigures(healthy: await store.lastSeenHealthy, commitLatency: await store.commitLatency) },
+                    {
+                        StoreFigures(
+                            healthy: await store.lastSeenHealthy,
+                            commitLatency: await store.commitLatency,
+                            space: StorageSpace.prometheus(directory: sqliteDirectory)
+                        )
+                    },
                     stalled: { StoreFigures(healthy: false, commitLatency: $0.commitLatency) }
                 )
                 let (storeHealthy, commitLatency) = (figures.healthy, figures.commitLatency)
@@ -379,7 +388,7 @@ final class Daemon: Sendable {
                         "# HELP todostream_store_pending_writes Requests queued for the sequencer's next batch.",
                         "# TYPE todostream_store_pending_writes gauge",
                         "todostream_store_pending_writes \(sequencer.queued)",
-                    ] + StorageSpace.prometheus(directory: sqliteDirectory)
+                    ] + figures.space
                         + commitLatency.prometheus(
                             name: "todostream_store_commit_seconds",
                             help:

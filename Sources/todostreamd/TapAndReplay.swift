@@ -284,8 +284,11 @@ struct Replay: AsyncParsableCommand {
                     differences += 1
                     continue
                 }
-                // A fresh todo is new by nature (its id is made up each time): nothing to compare.
-                if type != "RequestNewTodoDetailViewModel", let before = recorded[index],
+                // A fresh todo is new by nature (its id is made up each time): nothing to compare,
+                // unless one side is an error.
+                func isError(_ frame: [String: Any]) -> Bool { frame["op"] as? String == "error" }
+                if let before = recorded[index],
+                    type != "RequestNewTodoDetailViewModel" || isError(before) || isError(answer),
                     jsonLine(Self.normalized(before)) != jsonLine(Self.normalized(answer))
                 {
                     report(

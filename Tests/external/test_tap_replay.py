@@ -352,6 +352,15 @@ def test_replay_compares_an_error_answer_with_the_recorded_one(daemon, tmp_path)
     assert result.returncode == 2, result.stderr
     assert "line 1: RequestTodoDetailViewModel answered differently" in result.stderr, result.stderr
     assert "invalid_payload" in result.stderr and "not_found" in result.stderr, result.stderr
+    # A new todo's answer is not compared (its id is made up each time), but an error on one
+    # side only is a difference all the same.
+    new = {"type": "RequestNewTodoDetailViewModel", "id": "n"}
+    recorded = {"op": "error", "re": "n", "error": {"code": "unavailable", "message": "Storage is unavailable."}}
+    answered_now = tmp_path / "answered-now.ndjson"
+    answered_now.write_text(json.dumps(new) + "\n" + json.dumps(recorded) + "\n")
+    result = _replay(answered_now, daemon.tcp_port)
+    assert result.returncode == 2, result.stderr
+    assert "line 1: RequestNewTodoDetailViewModel answered differently" in result.stderr, result.stderr
 
 
 def _fake_daemon(after_first_request):
