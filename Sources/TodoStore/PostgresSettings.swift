@@ -112,6 +112,16 @@ public struct PostgresSettings: Sendable, Hashable, CustomStringConvertible {
         let scheme = text[..<schemeEnd.lowerBound].lowercased()
         guard scheme == "postgres" || scheme == "postgresql" else { throw ParseError(message: shape) }
         var rest = Substring(text[schemeEnd.upperBound...])
+        // A password (or user) with an unencoded /, ? or # ends the host part early, and the @
+        // comes after it: refused without quoting any part of the URL, which would show a piece
+        // of the password (it was quoted as a port or a parameter).
+        let hostPartEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        if !rest[..<hostPartEnd].contains("@"), rest[hostPartEnd...].contains("@") {
+            throw ParseError(
+                message: "has an @ after its host part: a user or password with /, ? or # must be "
+                    + "percent-encoded (%2F, %3F, %23)"
+            )
+        }
         guard !rest.contains("#") else { throw ParseError(message: "has a #fragment, which a database URL has not") }
         var queryText: Substring = ""
         if let question = rest.firstIndex(of: "?") {

@@ -139,6 +139,18 @@ import Testing
             #expect(text?.contains("hunter22") == false, "\(url)")
         }
         #expect(message("postgres://a@b/c?target_session_attrs=standby")?.contains("read-write") == true)
+        // A password with an unencoded /, ? or # (a base64 one, say): no piece of it in the
+        // message (it was quoted as a port, a parameter or an sslmode).
+        for url in [
+            "postgres://a:Zm9v/YmFyS3ECRET@db/c", "postgres://a:Zm9v?YmFyS3ECRET@db/c",
+            "postgres://a:Zm9v?sslmode=YmFyS3ECRET@db/c", "postgres://a:Zm9v#YmFyS3ECRET@db/c",
+        ] {
+            let text = message(url)
+            #expect(text?.contains("percent-encoded") == true, "\(url): \(text ?? "accepted")")
+            #expect(text?.contains("Zm9v") == false && text?.contains("S3ECRET") == false, "\(text ?? "")")
+        }
+        // An @ in a parameter of a URL that has its user part is not that.
+        #expect(message("postgres://a:pw@db/c?sslmode=verify-full&sslrootcert=/etc/ca@1.pem") == nil)
     }
 
     @Test func eachServerOfTheListGetsConfigurationsOfItsOwn() throws {
