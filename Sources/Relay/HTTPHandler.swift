@@ -1,7 +1,9 @@
 import EventStream
 import Foundation
+import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 typealias EventStreamJSON = JSONWriter
 
@@ -45,6 +47,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// (an upgrade then gets 503).
     private let sessionsFull: @Sendable () -> Bool
     private let assets: HTTPAssets
+    private let logger: Logger?
     private var head: HTTPRequestHead?
     /// A whole request must arrive within this long (`limits.handshake_timeout_ms`): from the
     /// connection's start (a TLS handshake included) and again after each answer; past it the
@@ -58,8 +61,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         metrics: @escaping @Sendable () async -> String,
         originAllowed: @escaping @Sendable (HTTPHeaders) -> Bool = { _ in true },
         sessionsFull: @escaping @Sendable () -> Bool = { false },
-        assets: HTTPAssets = [:]
+        assets: HTTPAssets = [:],
+        logger: Logger? = nil
     ) {
+        self.logger = logger
         self.sessionsFull = sessionsFull
         self.health = health
         self.metrics = metrics
@@ -135,6 +140,19 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// refused upgrade's among them) go on down the pipeline: the request is answered as any
     /// other.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is NIOSSLError || error is BoringSSLError {
+            // A TLS handshake refused (HTTPS): logged as the NDJSON-over-TLS listener logs it
+            // (an untrusted or missing client certificate, plain HTTP to the HTTPS port).
+            logger?.info(
+                "TLS connection failed",
+                metadata: [
+                    "remote": "\(context.channel.remoteAddress?.ipAddress ?? "?")",
+                    "reason": "\(TLSFailure.describe("\(error)", peer: "the client"))",
+                ]
+            )
+            context.close(promise: nil)
+            return
+        }
         guard let error = error as? HTTPParserError else { return context.fireErrorCaught(error) }
         // NIO's pipelining handler passes a parse error on only once the answer before it is
         // out. After an answer that closed the connection, the bytes that followed it are no

@@ -456,7 +456,8 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
             sessionsFull: { [ip = channel.remoteAddress?.ipAddress ?? "?"] in
                 hub.sessionsFull(from: ip, limits: settings.configuration)
             },
-            assets: assets
+            assets: assets,
+            logger: logger
         )
         let boundHandler = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
         // Without NIO's error handler: `HTTPHandler` answers a request the parser refuses

@@ -200,6 +200,19 @@ def test_wss_on_the_http_listener_with_http_tls(daemon_factory, pki):
             while chunk := tls.recv(4096):
                 answer += chunk
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    # A refused handshake on the HTTPS listener is logged at info, with the client's address,
+    # as on the NDJSON-over-TLS listener (it was not logged at all).
+    with socket.create_connection(("127.0.0.1", d.http_port), timeout=10) as plain:
+        plain.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            while plain.recv(4096):
+                pass
+        except (ConnectionResetError, socket.timeout):
+            pass
+    deadline = time.monotonic() + 10
+    while not re.search(r"info .*remote=127\.0\.0\.1.* TLS connection failed", d.log_text()):
+        assert time.monotonic() < deadline, f"no refused handshake logged for HTTPS\n{d.log_text()[-1500:]}"
+        time.sleep(0.05)  # bounded poll for the log line
 
 
 def test_a_certificate_no_listener_uses_is_warned_about(daemon_factory, pki, tls_daemon):
