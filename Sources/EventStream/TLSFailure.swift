@@ -21,7 +21,9 @@ public enum TLSFailure {
         case "SSLV3_ALERT_CERTIFICATE_EXPIRED", "TLSV1_ALERT_CERTIFICATE_EXPIRED":
             return "\(peer) refused an expired certificate"
         case "CERTIFICATE_VERIFY_FAILED":
-            return "the certificate \(peer) presented is not trusted"
+            // BoringSSL's reason does not say which check failed (the alert sent does).
+            return
+                "the certificate \(peer) presented failed verification (not signed by a trusted CA, expired or not yet valid)"
         case "WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST":
             return "not TLS: \(peer) speaks plain text there"
         case "NO_RENEGOTIATION":

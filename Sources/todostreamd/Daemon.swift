@@ -593,6 +593,8 @@ final class Daemon: Sendable {
             throw StartupError(
                 message: "cannot load TLS certificate \(certificatePath) with key \(keyPath): "
                     + "the key does not match the certificate"
+                    + (chain.count > 1
+                        ? " (the first in the file: the server's own must come first, then its intermediates)" : "")
             )
         }
     }

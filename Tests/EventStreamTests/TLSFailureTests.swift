@@ -20,5 +20,11 @@ import Testing
         #expect(unknown == "TLS failed (something new)")
         #expect(TLSFailure.describe("LineTooLong() at /src/file.swift:3", peer: "the daemon") == "LineTooLong()")
         #expect(TLSFailure.describe("connection refused", peer: "the daemon") == "connection refused")
+        // BoringSSL's verification reason does not say which check failed: an expired
+        // certificate was logged as "not trusted".
+        #expect(
+            TLSFailure.explain("CERTIFICATE_VERIFY_FAILED", peer: "the client")
+                == "the certificate the client presented failed verification (not signed by a trusted CA, expired or not yet valid)"
+        )
     }
 }

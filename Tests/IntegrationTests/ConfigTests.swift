@@ -236,6 +236,18 @@ import Glibc
         #expect(
             problem(one.certificatePath, other.keyPath)?.hasSuffix("the key does not match the certificate") == true
         )
+        // A chain whose server certificate is not first: the message says where it must be.
+        let reversed = temporaryDirectory() + "/reversed.pem"
+        let ownAndOther =
+            try String(contentsOfFile: other.certificatePath, encoding: .utf8) + "\n"
+            + String(contentsOfFile: one.certificatePath, encoding: .utf8)
+        try Data(ownAndOther.utf8).write(to: URL(fileURLWithPath: reversed))
+        #expect(
+            problem(reversed, one.keyPath)?.hasSuffix(
+                "the key does not match the certificate (the first in the file: the server's own must come first, then its intermediates)"
+            ) == true,
+            "\(problem(reversed, one.keyPath) ?? "accepted")"
+        )
         #expect(problem("/nowhere.pem", one.keyPath) == "cannot load TLS certificate /nowhere.pem: no such file")
         #expect(problem(garbage, one.keyPath) == "cannot load TLS certificate \(garbage): it holds no PEM certificate")
         #expect(problem(one.certificatePath, garbage) == "cannot load TLS key \(garbage): it holds no PEM private key")
