@@ -124,10 +124,18 @@ extension GroupCommitStore {
     static func prepareDirectory(_ directory: String) throws {
         if let problem = dataDirectoryProblem(directory) { throw StoreError(message: problem) }
         if !FileManager.default.fileExists(atPath: directory) {
-            do {
-                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            } catch {
-                throw StoreError(message: "cannot create data directory \(directory)")
+            // Made for the daemon's user alone (0700, as PostgreSQL's), each missing level; a
+            // directory that exists keeps its mode. On failure, which level and why.
+            var path = directory.hasPrefix("/") ? "" : "."
+            for component in directory.split(separator: "/") {
+                path += "/" + component
+                guard mkdir(path, 0o700) != 0 else { continue }
+                let reason = errno
+                if reason == EEXIST { continue }
+                throw StoreError(
+                    message: "cannot create data directory \(directory): \(path): "
+                        + String(cString: strerror(reason)).lowercased()
+                )
             }
         }
         guard access(directory, W_OK | X_OK) == 0 else {

@@ -273,7 +273,16 @@ func create(_ store: GroupCommitStore, _ title: String) async throws -> SavedTod
         await #expect {
             try await GroupCommitStore.sqlite(directory: file + "/data")
         } throws: { error in
-            (error as? StoreError)?.message == "cannot create data directory \(file)/data"
+            (error as? StoreError)?.message
+                == "cannot create data directory \(file)/data: \(file)/data: not a directory"
+        }
+        // A directory the daemon makes is its user's alone, every missing level of it.
+        let made = temporaryDirectory() + "/new/data"
+        let store = try await GroupCommitStore.sqlite(directory: made)
+        await store.close()
+        for path in [made, (made as NSString).deletingLastPathComponent] {
+            let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+            #expect(mode == 0o700, "\(path): \(String(mode ?? 0, radix: 8))")
         }
         await #expect {
             try await GroupCommitStore.sqlite(directory: file)
