@@ -694,6 +694,35 @@ def _ws_connections_accepted(daemon) -> int:
     raise AssertionError(f"no WebSocket connection count in /metrics:\n{text[:2000]}")
 
 
+def test_the_third_bad_token_leaves_its_message_shown(browsers, daemon_factory):
+    """After the third bad token the daemon closes the connection; the page reconnects and is
+    asked for a token again. The message saying why the last one was refused stays (it showed
+    for a moment, then the new connection's request for a token wiped it out), until a good
+    token is taken."""
+    daemon = daemon_factory("--token", "view:view-token-for-the-page")
+    page = Page(browsers[0], "A")
+    try:
+        page.driver.get(f"{daemon.http_url}/")
+        page.until(lambda p: p.visible('[data-testid="auth-form"]'), "the token form")
+        accepted = _ws_connections_accepted(daemon)
+        for attempt in range(3):
+            page.find('[data-testid="auth-token"]').send_keys(f"wrong-token-{attempt}")
+            page.find('[data-testid="auth-submit"]').click()
+            page.until(lambda p: "not valid" in p.text('[data-testid="auth-error"]'), "the refusal")
+            if attempt < 2:
+                page.driver.execute_script("document.querySelector('[data-testid=\"auth-error\"]').textContent = ''")
+        page.until(lambda p: _ws_connections_accepted(daemon) > accepted, "the page's next connection")
+        page.until(lambda p: p.state()["state"] == "auth", "the token form on the next connection")
+        assert page.visible('[data-testid="auth-form"]')
+        assert "not valid" in page.text('[data-testid="auth-error"]'), page.text('[data-testid="auth-error"]')
+        page.find('[data-testid="auth-token"]').send_keys("view-token-for-the-page")
+        page.find('[data-testid="auth-submit"]').click()
+        page.wait_live()
+        assert not page.visible('[data-testid="auth-form"]')
+    finally:
+        page.driver.get("about:blank")
+
+
 def test_a_monitor_token_asks_for_a_view_token_instead_of_reconnecting_in_a_loop(browsers, daemon_factory):
     """A monitor token authenticates, but a monitor may not publish, so the page cannot load its
     list with it. It once went on: reset refused, connection closed, and (the backoff started

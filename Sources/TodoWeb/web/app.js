@@ -890,6 +890,7 @@ client.addEventListener("draining", (event) => (ui.connection.dataset.drainAfter
 client.addEventListener("synced", (event) => {
   ui.connection.dataset.sync = event.detail.how;
   ui.authForm.hidden = true;
+  lastRefusal = null;
   recordPosition();
 });
 client.addEventListener("broadcast", (event) => {
@@ -921,10 +922,18 @@ function savedToken() {
   return sessionStorage.getItem("todostream-token");
 }
 
+/** Why the last token was refused, until one is accepted: the daemon closes the connection
+ * after the third bad token, and the next connection's plain request for a token must not wipe
+ * out the message that says why. */
+let lastRefusal = null;
+
 function askForToken(message) {
-  if (message) sessionStorage.removeItem("todostream-token");
+  if (message) {
+    sessionStorage.removeItem("todostream-token");
+    lastRefusal = message;
+  }
   ui.authForm.hidden = false;
-  showFieldError(ui.authError, message, ui.authToken);
+  showFieldError(ui.authError, message ?? lastRefusal, ui.authToken);
   ui.authToken.focus();
 }
 
