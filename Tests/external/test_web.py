@@ -512,19 +512,30 @@ def test_detail_editor_saves_every_field(pages, tcp):
         page.wait_titles(["Plan the summer trip"])
 
 
-def test_conflict_shows_the_current_state_and_keeps_the_edit(pages, tcp):
+def _conflicting_edit(pages, created: str, edit: str, meanwhile, seen_by_b: list[str]):
+    """Page A creates `created` and edits its title to `edit` in the editor; meanwhile
+    `meanwhile(todo_id)` changes it elsewhere (page B then shows `seen_by_b`); A saves and is
+    shown the conflict. Returns the editor and its title field."""
     a, b = pages
-    a.create("Shared todo")
-    todo_id = a.item("Shared todo")["id"]
-    dialog = a.open_editor("Shared todo")
+    a.create(created)
+    todo_id = a.item(created)["id"]
+    dialog = a.open_editor(created)
     title = dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-title"]')
     title.clear()
-    title.send_keys("My edit")
-    # Meanwhile another client changes it.
-    tcp.update(todo_id, title="Their edit")
-    b.wait_titles(["Their edit"])
+    title.send_keys(edit)
+    meanwhile(todo_id)
+    b.wait_titles(seen_by_b)
     dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-save"]').click()
     a.until(lambda page: page.visible('[data-testid="detail-conflict"]'), "the conflict to be shown")
+    return dialog, title
+
+
+def test_conflict_shows_the_current_state_and_keeps_the_edit(pages, tcp):
+    a, _ = pages
+    # Meanwhile another client changes it.
+    dialog, title = _conflicting_edit(
+        pages, "Shared todo", "My edit", lambda todo_id: tcp.update(todo_id, title="Their edit"), ["Their edit"]
+    )
     assert a.text('[data-testid="detail-conflict-title"]') == "Their edit"
     assert a.text('[data-testid="detail-conflict-subtitle"]') == "Priority: NORMAL"
     assert a.editor_open()
@@ -535,6 +546,20 @@ def test_conflict_shows_the_current_state_and_keeps_the_edit(pages, tcp):
     a.until(lambda page: not page.editor_open(), "the editor to close after the second save")
     for page in pages:
         page.wait_titles(["My edit"])
+
+
+def test_saving_again_after_a_delete_elsewhere_restores_the_todo_with_the_edit(pages, tcp):
+    """The conflict panel says the todo was deleted and that saving again restores it; the
+    second save does. (It was stored into the still deleted todo: "Saved." was announced and
+    the edit was nowhere to be seen.)"""
+    a, _ = pages
+    dialog, _ = _conflicting_edit(pages, "Deleted elsewhere", "Kept edit", tcp.delete, [])
+    assert "restores" in a.text('[data-testid="detail-conflict-complete"]')
+    dialog.find_element(By.CSS_SELECTOR, '[data-testid="detail-save"]').click()
+    a.until(lambda page: not page.editor_open(), "the editor to close after the second save")
+    for page in pages:
+        page.wait_titles(["Kept edit"])
+    assert [(todo["title"], todo["deleted"]) for todo in tcp.todos()] == [("Kept edit", False)]
 
 
 def test_keyboard_only(pages, tcp):

@@ -650,7 +650,7 @@ function showConflict(error) {
   ui.conflictSubtitle.textContent = current?.subtitle ?? "";
   ui.conflictCurrent.classList.toggle("completed", !!current?.complete);
   ui.conflictCurrent.classList.toggle("deleted", !!current?.deleted);
-  ui.conflictComplete.textContent = current?.deleted ? "(deleted)" : "";
+  ui.conflictComplete.textContent = current?.deleted ? "(deleted: saving again restores it, with your edit)" : "";
   ui.conflict.hidden = false;
 }
 
@@ -663,6 +663,9 @@ function saveEditor(overrides) {
   if (!editor || editor.saving) return;
   const serial = editor.serial;
   const payload = editedDetail(overrides);
+  // After a conflict with a todo deleted elsewhere, "save again" means this edit, which was of
+  // a todo not deleted: it restores it (kept deleted, the save was announced and invisible).
+  if (editor.restoreOnSave && overrides?.deleted === undefined) payload.deleted = false;
   const entry = store.todos.get(editor.id);
   payload.todo.version = entry ? expectedVersion(entry, editor.detail) : versionOf(editor.detail);
   const deleting = payload.deleted && !editor.detail.deleted;
@@ -707,6 +710,7 @@ function saveEditor(overrides) {
     }
     if (frame.error.code === "conflict") {
       showConflict(frame.error);
+      editor.restoreOnSave = !!frame.error.current?.deleted && !payload.deleted;
       // Save again overwrites: the base becomes the stored todo, the fields keep the edit.
       if (frame.error.current?.todo) editor.detail = { ...editor.detail, todo: frame.error.current.todo };
       ui.dialog.dataset.version = String(versionOf(editor.detail));
