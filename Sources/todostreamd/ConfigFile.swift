@@ -151,7 +151,7 @@ enum ConfigFile {
         do {
             document = try Yams.compose(yaml: text)
         } catch {
-            throw ConfigError(message: "\(path) is not valid YAML: \(yamlProblem(error))")
+            throw ConfigError(message: "\(path) is not valid YAML: \(yamlProblem(error, text: text))")
         }
         guard let document else { return [:] }
         var budget = maxNodes
@@ -169,7 +169,7 @@ enum ConfigFile {
     /// What is wrong with the YAML and where, without the file's text: Yams's own description
     /// quotes the lines around the problem, or the whole document, tokens included, which would
     /// end up on the terminal and in the journal.
-    static func yamlProblem(_ error: any Error) -> String {
+    static func yamlProblem(_ error: any Error, text: String = "") -> String {
         guard let error = error as? YamlError else { return "it cannot be read" }
         func at(_ mark: Mark) -> String { "line \(mark.line), column \(mark.column)" }
         switch error {
@@ -179,12 +179,38 @@ enum ConfigFile {
         case .reader(let problem, _, _, _):
             return problem
         case .duplicatedKeysInMapping(let duplicates, let context):
-            return "a key given twice (\(duplicates.sorted().joined(separator: ", "))) near \(at(context.mark))"
+            // Yams marks the mapping, which begins before the keys: the line of the second
+            // appearance is the one to look at.
+            let names = duplicates.sorted()
+            if let name = names.first, let line = secondLine(of: name, in: text, from: context.mark.line) {
+                return "a key given twice (\(names.joined(separator: ", "))) at line \(line)"
+            }
+            return "a key given twice (\(names.joined(separator: ", "))) near \(at(context.mark))"
         case .dataCouldNotBeDecoded:
             return "it is not UTF-8 text"
         default:
             return "it cannot be read"
         }
+    }
+
+    /// The line (from 1) where `key` appears as a mapping key for the second time at or after
+    /// line `start`, at one indentation; nil when it cannot be told (a quoted or flow key).
+    static func secondLine(of key: String, in text: String, from start: Int) -> Int? {
+        var indentation: Int?
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+        where index + 1 >= start {
+            let indent = line.prefix { $0 == " " }.count
+            let rest = line.dropFirst(indent)
+            guard rest.hasPrefix(key), rest.dropFirst(key.count).drop(while: { $0 == " " }).first == ":" else {
+                continue
+            }
+            if let first = indentation {
+                if indent == first { return index + 1 }
+            } else {
+                indentation = indent
+            }
+        }
+        return nil
     }
 
     /// A scalar as the config's kinds need it, resolved here rather than by Yams (whose YAML 1.1

@@ -91,6 +91,12 @@ import Glibc
     @Test func aSettingGivenTwiceIsRefused() {
         let problem = message("limits.max_frame_bytes: 1024\nlimits:\n  max_frame_bytes: 2048\n")
         #expect(problem?.hasSuffix(": limits.max_frame_bytes is given twice") == true, "\(problem ?? "nil")")
+        // Twice in one section: the line of the second (it named the section's first line).
+        #expect(
+            message("log_level: info\nlimits:\n  max_frame_bytes: 1024\n  # a comment\n  max_frame_bytes: 2048\n")?
+                .hasSuffix("a key given twice (max_frame_bytes) at line 5") == true
+        )
+        #expect(message("log_level: info\nlog_level: debug\n")?.hasSuffix("(log_level) at line 2") == true)
     }
 
     /// A config file that cannot be read says why.
