@@ -232,6 +232,8 @@ public struct TodoWireCodec: EventCodec {
         switch error {
         case .keyNotFound(let key, let context):
             return "\(path(context.codingPath, key)) is missing."
+        case .typeMismatch(_, let context) where context.debugDescription == ReferencePayload.outOfRange:
+            return "\(path(context.codingPath)) must be an integer from \(Int.min) to \(Int.max)."
         case .typeMismatch(let type, let context):
             return "\(path(context.codingPath)) must be \(describe(type))."
         case .valueNotFound(let type, let context):
@@ -273,13 +275,24 @@ private struct ReferencePayload: Decodable {
         } else if let number = container.decodeExactInteger(Int.self, forKey: .version) {
             version = number
         } else {
-            // Anything but an integer or null (1.5, 1e300, past Int.max, 1.0000000000000000001).
+            // Anything but an integer or null (1.5, 1e300, 1.0000000000000000001), or an
+            // integer past Int's range, which is told as such.
+            let whole = (try? container.decode(Decimal.self, forKey: .version)).map {
+                "\($0)".allSatisfy { $0.isNumber || $0 == "-" }
+            }
             throw DecodingError.typeMismatch(
                 Int.self,
-                .init(codingPath: container.codingPath + [CodingKeys.version], debugDescription: "not an integer")
+                .init(
+                    codingPath: container.codingPath + [CodingKeys.version],
+                    debugDescription: whole == true ? Self.outOfRange : "not an integer"
+                )
             )
         }
     }
+
+    /// What a version past Int's range is told (`DecodingError`'s description, read by the
+    /// message).
+    static let outOfRange = "an integer out of range"
 
     /// The reference when `value` is an object with `id` a string and `version` absent, null
     /// or an integer; nil for anything else.

@@ -34,14 +34,19 @@ import Testing
         #expect(message(#"{"payload":{"todo":{"id":"nope"}}}"#) == "payload.todo.id must be a UUID string.")
         // Numbers that are no Int: Foundation's own error names no field.
         let id = #""id":"6f1c0000-0000-0000-0000-000000000001""#
-        for version in ["1.5", "2.5", "1e300", "99999999999999999999999", "\"1\"", "1.0000000000000000001", "1e-400"] {
+        let range = "payload.todo.version must be an integer from \(Int.min) to \(Int.max)."
+        for (version, said) in [
+            ("1.5", "payload.todo.version must be an integer."), ("2.5", "payload.todo.version must be an integer."),
+            ("1e300", "payload.todo.version must be an integer."),
+            ("\"1\"", "payload.todo.version must be an integer."),
+            ("1.0000000000000000001", "payload.todo.version must be an integer."),
+            ("1e-400", "payload.todo.version must be an integer."),
+            // An integer, only too large: told so (it was "must be an integer").
+            ("99999999999999999999999", range), ("9223372036854775808", range), ("-9223372036854775809", range),
+        ] {
+            #expect(message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#) == said, "\(version)")
             #expect(
-                message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#)
-                    == "payload.todo.version must be an integer."
-            )
-            #expect(
-                message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#, "RequestUpdateDetailViewModel")
-                    == "payload.todo.version must be an integer."
+                message(#"{"payload":{"todo":{\#(id),"version":\#(version)}}}"#, "RequestUpdateDetailViewModel") == said
             )
         }
         #expect(
