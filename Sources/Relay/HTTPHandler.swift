@@ -177,7 +177,10 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         )
         context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        let linger = lingerTimeout
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            Self.shutAfterAnswer(channel, linger: linger)
+        }
     }
 
     /// An answer that closes the connection was written: nothing more is read or answered.
@@ -427,9 +430,23 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         let channel = context.channel
         if keepAlive { awaitRequest(context) }
+        let linger = lingerTimeout
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
-            if !keepAlive { channel.close(promise: nil) }
+            if !keepAlive { Self.shutAfterAnswer(channel, linger: linger) }
         }
+    }
+
+    /// At most this long, after an answer that closes the connection, for the client to close.
+    private var lingerTimeout: TimeAmount { min(requestTimeout, .seconds(2)) }
+
+    /// After an answer that closes the connection: its output is shut, so that the client reads
+    /// the answer and then the end, while what it still sends (a body the answer did not wait
+    /// for, a pipelined request) is read and dropped; the connection closes when the client
+    /// closes, or after `linger`. Closed at once with the client's bytes unread, the kernel
+    /// reset the connection, which can throw away the answer before the client reads it.
+    private static func shutAfterAnswer(_ channel: any Channel, linger: TimeAmount) {
+        channel.close(mode: .output).whenFailure { _ in channel.close(promise: nil) }
+        channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
     }
 }
 

@@ -770,3 +770,24 @@ def test_a_monitor_token_asks_for_a_view_token_instead_of_reconnecting_in_a_loop
         assert _ws_connections_accepted(daemon) == accepted, "the view token should be taken on the same connection"
     finally:
         page.driver.get("about:blank")
+
+
+def test_an_answer_that_closes_leaves_the_client_its_answer_and_reads_what_still_comes(daemon):
+    """An answer with Connection: close (here the 405 to a POST that expects 100-continue,
+    sent at once, before its body) shuts the daemon's output and reads on: the client gets the
+    answer, then the end, and what it still sends (the body it did not wait to send) meets no
+    reset. Closed at once, the daemon's kernel reset the connection on those bytes, which can
+    throw the answer away before the client reads it."""
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as raw:
+        raw.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\nExpect: 100-continue\r\n\r\n")
+        answer = b""
+        while chunk := raw.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 405 "), answer[:200]
+        try:
+            raw.sendall(b"x" * 300_000)  # the body, late: read and dropped
+            time.sleep(0.5)  # what is measured is that no reset comes meanwhile
+            error = raw.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except ConnectionResetError:
+            error = 104
+        assert error == 0, f"the daemon reset the connection on the late body (error {error})"
