@@ -9,8 +9,25 @@ extension KeyedDecodingContainer {
     /// a fraction or an exponent, so it takes `1.0000000000000000001` for 1 and `1e-400` for
     /// 0. A number `Decimal` cannot hold (`1e-400`, `1e200`) is no integer of any width.
     public func decodeExactInteger<T: FixedWidthInteger>(_ type: T.Type, forKey key: Key) -> T? {
-        guard let number = try? decode(Decimal.self, forKey: key), number.isFinite else { return nil }
-        // An integer's description is its digits alone, with its sign.
-        return T("\(number)")
+        if case .integer(let value) = decodeExactNumber(type, forKey: key) { return value }
+        return nil
     }
+
+    /// The value at `key` read as `decodeExactInteger` reads it, telling apart an integer too
+    /// large for `T` from anything that is no integer.
+    public func decodeExactNumber<T: FixedWidthInteger>(_ type: T.Type, forKey key: Key) -> ExactNumber<T> {
+        guard let number = try? decode(Decimal.self, forKey: key), number.isFinite else { return .notAnInteger }
+        // An integer's description is its digits alone, with its sign.
+        let digits = "\(number)"
+        if let value = T(digits) { return .integer(value) }
+        return digits.allSatisfy({ $0.isNumber || $0 == "-" }) ? .outOfRange : .notAnInteger
+    }
+}
+
+/// A JSON number as an integer of a given width (`decodeExactNumber`).
+public enum ExactNumber<T: FixedWidthInteger> {
+    case integer(T)
+    /// An integer, past the width's range.
+    case outOfRange
+    case notAnInteger
 }

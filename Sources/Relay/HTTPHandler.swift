@@ -171,16 +171,12 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "Date", value: HTTPDate.now())
         headers.add(name: "Connection", value: "close")
         if error == .invalidMethod { headers.add(name: "Allow", value: "GET, HEAD") }
-        context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
-            promise: nil
+        send(
+            context,
+            HTTPResponseHead(version: .http1_1, status: status, headers: headers),
+            body: Array(text.utf8),
+            keepAlive: false
         )
-        context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
-        let channel = context.channel
-        let linger = lingerTimeout
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
-            Self.shutAfterAnswer(channel, linger: linger)
-        }
     }
 
     /// An answer that closes the connection was written: nothing more is read or answered.
@@ -423,11 +419,19 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             let tokens = headers["Connection"] + ["close"]
             headers.replaceOrAdd(name: "Connection", value: tokens.joined(separator: ", "))
         }
-        let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
+        send(
+            context,
+            HTTPResponseHead(version: request.version, status: status, headers: headers),
+            body: request.method == .HEAD ? nil : body,
+            keepAlive: keepAlive
+        )
+    }
+
+    /// Writes an answer (`body` nil: a HEAD's, without one); kept alive, the connection waits
+    /// for the next request, else its output is shut once the answer is out.
+    private func send(_ context: ChannelHandlerContext, _ head: HTTPResponseHead, body: [UInt8]?, keepAlive: Bool) {
         context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if request.method != .HEAD {
-            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
-        }
+        if let body { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil) }
         let channel = context.channel
         if keepAlive { awaitRequest(context) }
         let linger = lingerTimeout

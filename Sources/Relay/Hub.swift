@@ -168,9 +168,6 @@ public final class Hub<Codec: EventCodec>: EventSink, Sendable {
 
     public var connectionCount: Int { counters.withLockedValue { $0.total } }
 
-    /// Connections open from `ip`.
-    func connectionCount(from ip: String) -> Int { counters.withLockedValue { $0.perIP[ip, default: 0] } }
-
     /// Whether every connection the limits allow is taken, in all or from `ip`: a WebSocket
     /// upgrade on HTTP's reserve then opens no session.
     func sessionsFull(from ip: String, limits: RelayConfiguration) -> Bool {

@@ -1022,8 +1022,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // (Compressed sessions have no socket: each message is compressed on its own.)
             bytes = WebSocketFraming.textFrames([bytes])
         }
-        let limits = self.limits
-        var socketWrite = socketWrites.write(bytes, gatheringAtMost: limits.bytes)
+        // The bound as last read (`limits` looks for a reload: not needed to gather).
+        var socketWrite = socketWrites.write(bytes, gatheringAtMost: queueLimits.bytes)
         if case .sendGatheredFirst = socketWrite {
             sendGathered(context)
             socketWrite = socketWrites.write(bytes)
@@ -1033,6 +1033,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             if flushing { flush() }
             return
         }
+        let limits = self.limits
         switch outbound.write(
             bytes,
             frames: frames,

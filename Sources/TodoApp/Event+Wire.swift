@@ -272,22 +272,22 @@ private struct ReferencePayload: Decodable {
         id = try container.decode(String.self, forKey: .id)
         if !container.contains(.version) || (try? container.decodeNil(forKey: .version)) == true {
             version = nil
-        } else if let number = container.decodeExactInteger(Int.self, forKey: .version) {
-            version = number
-        } else {
-            // Anything but an integer or null (1.5, 1e300, 1.0000000000000000001), or an
-            // integer past Int's range, which is told as such.
-            let whole = (try? container.decode(Decimal.self, forKey: .version)).map {
-                "\($0)".allSatisfy { $0.isNumber || $0 == "-" }
-            }
-            throw DecodingError.typeMismatch(
-                Int.self,
-                .init(
-                    codingPath: container.codingPath + [CodingKeys.version],
-                    debugDescription: whole == true ? Self.outOfRange : "not an integer"
-                )
-            )
+            return
         }
+        let description: String
+        switch container.decodeExactNumber(Int.self, forKey: .version) {
+        case .integer(let number):
+            version = number
+            return
+        // An integer past Int's range is told as such; anything else (1.5, 1e300,
+        // 1.0000000000000000001) is no integer.
+        case .outOfRange: description = Self.outOfRange
+        case .notAnInteger: description = "not an integer"
+        }
+        throw DecodingError.typeMismatch(
+            Int.self,
+            .init(codingPath: container.codingPath + [CodingKeys.version], debugDescription: description)
+        )
     }
 
     /// What a version past Int's range is told (`DecodingError`'s description, read by the

@@ -109,8 +109,7 @@ extension GroupCommitStore {
     /// make a new, empty store (a new epoch) and SQLite would throw the WAL away with its data.
     /// Refused, so that the operator restores the file (or removes the WAL to start empty).
     static func orphanedLogProblem(_ directory: String) -> String? {
-        let database = directory + "/" + SQLiteBackend.fileName
-        let wal = database + "-wal"
+        let (database, wal) = sqliteFiles(in: directory)
         let walBytes = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? NSNumber)?.intValue ?? 0
         guard walBytes > 0 else { return nil }
         let databaseBytes =
@@ -119,6 +118,12 @@ extension GroupCommitStore {
         return "the database file \(database) is missing or empty but its write-ahead log \(wal) holds "
             + "\(walBytes) bytes of commits: restore the database file, or remove the log to start with an "
             + "empty store (a new epoch)"
+    }
+
+    /// The paths of a SQLite store's database file and its write-ahead log in `directory`.
+    public static func sqliteFiles(in directory: String) -> (database: String, wal: String) {
+        let database = directory + "/" + SQLiteBackend.fileName
+        return (database, database + "-wal")
     }
 
     static func prepareDirectory(_ directory: String) throws {

@@ -346,8 +346,11 @@ enum ConfigFile {
     /// Why a value given for an integer setting is not one: a whole number too large for any
     /// setting (`tooLarge`) is out of its range, not "not a whole number".
     private static func notAnInt(_ label: String, _ text: String, _ range: ClosedRange<Int>, tooLarge: Bool) -> String {
-        guard tooLarge else { return "\(label) must be a whole number" }
-        return "\(label) is \(text), out of range \(range.lowerBound)...\(range.upperBound)"
+        tooLarge ? outOfRange(label, text, range) : "\(label) must be a whole number"
+    }
+
+    private static func outOfRange(_ label: String, _ text: String, _ range: ClosedRange<Int>) -> String {
+        "\(label) is \(text), out of range \(range.lowerBound)...\(range.upperBound)"
     }
 
     static func environmentName(_ key: String) -> String {
@@ -377,11 +380,7 @@ enum ConfigFile {
             guard let number = value as? Int else {
                 throw ConfigError(message: notAnInt(label, "\(value)", range, tooLarge: value is WholeNumberTooLarge))
             }
-            guard range.contains(number) else {
-                throw ConfigError(
-                    message: "\(label) is \(number), out of range \(range.lowerBound)...\(range.upperBound)"
-                )
-            }
+            guard range.contains(number) else { throw ConfigError(message: outOfRange(label, "\(number)", range)) }
         case .choice(let choices):
             guard let text = value as? String, choices.contains(text) else {
                 throw ConfigError(message: "\(label) must be one of \(choices.joined(separator: ", "))")

@@ -680,9 +680,10 @@ enum StorageSpace {
         guard statvfs(directory, &space) == 0 else { return [] }
         let free = UInt64(space.f_bavail) * UInt64(space.f_frsize)
         var files: UInt64 = 0
-        for name in ["todostream.sqlite", "todostream.sqlite-wal"] {  // SQLiteBackend.fileName and its WAL
+        let (database, wal) = GroupCommitStore.sqliteFiles(in: directory)
+        for path in [database, wal] {
             var status = stat()
-            if stat(directory + "/" + name, &status) == 0 { files += UInt64(status.st_size) }
+            if stat(path, &status) == 0 { files += UInt64(status.st_size) }
         }
         return [
             "# HELP todostream_storage_free_bytes Space left on the data directory's file system (SQLite).",

@@ -276,10 +276,14 @@ struct Replay: AsyncParsableCommand {
                 let answer: [String: Any]
                 switch await connection.send(frame, id: id, type: type, &replies, outbound) {
                 case .answered(let object): answer = object
-                case .error(let object, _) where recorded[index] != nil:
+                case .error(let object) where recorded[index] != nil:
                     // Compared with what was recorded, as any answer is.
                     answer = object
-                case .error(_, let reason), .refused(let reason):
+                case .error(let object):
+                    report("line \(number): \(type) refused: \((object["error"] as? [String: Any])?["message"] ?? "")")
+                    differences += 1
+                    continue
+                case .refused(let reason):
                     report("line \(number): \(type) refused: \(reason)")
                     differences += 1
                     continue
@@ -319,8 +323,8 @@ struct Replay: AsyncParsableCommand {
     enum Outcome {
         /// The daemon's answer (a save's reply, the first of its two answers).
         case answered([String: Any])
-        /// The daemon's error frame, and its message.
-        case error([String: Any], String)
+        /// The daemon's error frame.
+        case error([String: Any])
         /// No answer at all: why.
         case refused(String)
     }
@@ -363,7 +367,7 @@ struct Replay: AsyncParsableCommand {
                     let isError = object["op"] as? String == "error"
                     guard object["re"] as? String == id || (isError && object["re"] == nil) else { continue }
                     if isError {
-                        return .error(object, "\((object["error"] as? [String: Any])?["message"] ?? "")")
+                        return .error(object)
                     }
                     // An update answers twice (the saved detail, then the broadcast): keep the reply.
                     if answer == nil { answer = object }
