@@ -242,12 +242,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func start() {
+        guard !lifecycle.isStarted else { return }
         let configuration = self.configuration
-        guard case .greet(let holdMilliseconds) = lifecycle.start(initialHoldMilliseconds: configuration.initialHoldMs)
-        else { return }
-        helloSeq = services.hub.register(self)
-        resumption.greeted(helloSeq: helloSeq, types: types)
-        services.hub.metrics.connected(transport)
         let auth = services.settings.auth
         let previousRole = authentication.role
         let access = authentication.start(
@@ -256,6 +252,15 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             now: loop.now,
             idleTimeout: .seconds(Int64(configuration.unauthenticatedIdleSeconds))
         )
+        // A session that must authenticate receives no live output before it has: its hold
+        // starts with its authentication instead (`authenticate`).
+        let holdAtGreeting: Int
+        if case .awaitToken = access { holdAtGreeting = 0 } else { holdAtGreeting = configuration.initialHoldMs }
+        guard case .greet(let holdMilliseconds) = lifecycle.start(initialHoldMilliseconds: holdAtGreeting)
+        else { return }
+        helloSeq = services.hub.register(self)
+        resumption.greeted(helloSeq: helloSeq, types: types)
+        services.hub.metrics.connected(transport)
         if case .granted(let role) = access { applySubscriptions(patterns, from: previousRole, to: role) }
         services.hub.settled(self)
         logger.debug("session started")
@@ -276,10 +281,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
         write(hello)
         flush()
-        if let holdMilliseconds {
-            let bound = NIOLoopBound(self, eventLoop: loop)
-            loop.scheduleTask(in: .milliseconds(holdMilliseconds)) { bound.value.releaseStartHold() }
-        }
+        if let holdMilliseconds { releaseStartHold(after: holdMilliseconds) }
         if case .awaitToken(let deadline) = access {
             let seconds = configuration.unauthenticatedIdleSeconds
             let bound = NIOLoopBound(self, eventLoop: loop)
@@ -433,6 +435,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// Lets live output flow after the start hold, unless a resume has taken it over.
+    private func releaseStartHold(after milliseconds: Int64) {
+        let bound = NIOLoopBound(self, eventLoop: loop)
+        loop.scheduleTask(in: .milliseconds(milliseconds)) { bound.value.releaseStartHold() }
+    }
+
     private func releaseStartHold() {
         guard case .write(let held) = lifecycle.releaseStartHold() else { return }
         for frame in held { write(frame) }
@@ -702,12 +709,19 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let token = frame.token.value
         let auth = services.settings.auth
         let previousRole = authentication.role
+        let wasAwaitingToken = !authentication.isAuthenticated
         switch authentication.tokenPresented(grants: token.flatMap(auth.role(for:)), required: auth.required) {
         case .granted(let role):
             idleTimer?.cancel()
             idleTimer = nil
             applySubscriptions(patterns, from: previousRole, to: role)
             write(OutboundFrame.op("authenticated", correlation: re) { $0.field("role", role.rawValue) }, asked: true)
+            // Its live output starts now: held, so that a resume sent next comes first.
+            if wasAwaitingToken,
+                let holdMilliseconds = lifecycle.authenticated(initialHoldMilliseconds: configuration.initialHoldMs)
+            {
+                releaseStartHold(after: holdMilliseconds)
+            }
         case .refuse:
             logger.info("authentication refused")
             sendError(.unauthorized, token == nil ? "auth needs token (a string)." : "The token is not valid.", re)

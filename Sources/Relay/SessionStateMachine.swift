@@ -4,7 +4,8 @@ import NIOCore
 /// right after the greeting, closing, and unregistering.
 ///
 /// notStarted → holdingLiveOutput (for `initial_hold_ms`, or until the client's first frame) →
-/// live → closing(reason) → closed. Once closing, nothing more is read or written but the last
+/// live → closing(reason) → closed. A session that must authenticate receives no live output
+/// until it has, so its hold starts there instead: live → holdingLiveOutput on `authenticated`. Once closing, nothing more is read or written but the last
 /// frame. A session whose channel goes away before it closed itself is `disconnected`: frames
 /// already read are still handled (a resume that ends later goes on with them), so it keeps
 /// its hold.
@@ -141,6 +142,16 @@ struct SessionStateMachine {
         case .afterLastFrame: return .sendLastFrameAndClose
         case .inputClosed: return .closeWhenFlushed
         }
+    }
+
+    /// A session that had to authenticate has: its live output starts now, so the hold that
+    /// lets an early resume come first starts now too (a session that had to authenticate could
+    /// not send `resume` first thing). Returns how long to hold, or nil when there is no hold to
+    /// start (the hold is off, or output already flows or is held).
+    mutating func authenticated(initialHoldMilliseconds: Int) -> Int64? {
+        guard initialHoldMilliseconds > 0, case .live = state else { return nil }
+        state = .holdingLiveOutput(HeldOutput())
+        return Int64(initialHoldMilliseconds)
     }
 
     /// The start hold is over (its time is up, or the client sent a frame other than

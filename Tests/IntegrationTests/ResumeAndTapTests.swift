@@ -338,6 +338,61 @@ import Testing
         }
     }
 
+    /// A session that must authenticate cannot send `resume` first thing: its hold on live
+    /// output starts when it has authenticated, so `auth` then `resume` still sees the replay
+    /// before any live broadcast, in seq order (PROTOCOL.md §2, §5).
+    @Test func aResumeRightAfterAuthenticationComesBeforeLiveBroadcasts() async throws {
+        try await withRequiredAuthAndALongHold { daemon, writer in
+            _ = try await writer.createTodo("one")
+            _ = try await writer.createTodo("two")
+
+            let (reader, hello) = try await daemon.client()
+            let epoch = try #require(hello["epoch"] as? String)
+            try await reader.send(["op": "auth", "token": "view-secret", "id": "a"])
+            #expect(try await reader.json()["op"] as? String == "authenticated")
+            // A broadcast after the authentication, before the resume.
+            let three = try await writer.createTodo("three")
+            #expect(three["seq"] as? Int == 3)
+            try await reader.send(["op": "resume", "epoch": epoch, "after": 1, "id": "r"])
+            // The replay runs to the newest seq, so 3 comes with it, and not again live.
+            let (resumed, replayed) = try await reader.json(until: { $0["op"] as? String == "resumed" })
+            #expect(replayed.map { $0["seq"] as? Int } == [2, 3])
+            #expect(resumed["to"] as? Int == 3)
+            try await reader.send(["op": "ping", "id": "p"])
+            #expect(try await reader.json()["op"] as? String == "pong")
+        }
+    }
+
+    /// Where auth is required, nothing is held before it: a session that does not resume gets
+    /// live broadcasts once the hold after its authentication ends with its next frame.
+    @Test func theHoldAfterAuthenticationEndsWithTheNextFrame() async throws {
+        try await withRequiredAuthAndALongHold { daemon, writer in
+            let (reader, _) = try await daemon.client()
+            try await reader.send(["op": "auth", "token": "view-secret", "id": "a"])
+            #expect(try await reader.json()["op"] as? String == "authenticated")
+            _ = try await writer.createTodo("one")
+            try await reader.send(["op": "ping", "id": "p"])
+            #expect(try await reader.json()["seq"] as? Int == 1)
+            #expect(try await reader.json()["op"] as? String == "pong")
+        }
+    }
+
+    /// A daemon with a view token (so auth is required) and a start hold long enough that only
+    /// a client's frame can end it in a test, with an authenticated writer.
+    private func withRequiredAuthAndALongHold(_ body: (Daemon, TestConnection) async throws -> Void) async throws {
+        try await withDaemon(
+            .custom({
+                $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)]
+                $0.relay.initialHoldMs = 60_000
+            })
+        ) { daemon in
+            let (writer, _) = try await daemon.client()
+            try await writer.send(["op": "auth", "token": "view-secret", "id": "a"])
+            _ = try await writer.json()
+            try await body(daemon, writer)
+        }
+    }
+
     @Test func requiredAuthGatesEverythingButPingAndClosesAfterThreeBadTokens() async throws {
         try await withDaemon(
             .custom({ $0.tokens = [TokenEntry(sha256: TokenEntry.digest("view-secret"), role: .view)] })

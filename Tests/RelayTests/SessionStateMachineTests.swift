@@ -24,6 +24,29 @@ import Testing
         #expect(machine.hold(frame("a"), seq: 1, maxBytes: 100, maxFrames: 10) == .notHeld)
     }
 
+    /// A session that had to authenticate starts without a hold (it receives nothing live
+    /// yet) and gets one when it authenticates; one already holding, or with the hold off,
+    /// does not get a second.
+    @Test func authenticatingStartsTheHoldOnlyOnceLiveOutputFlows() {
+        var machine = SessionStateMachine()
+        _ = machine.start(initialHoldMilliseconds: 0)
+        #expect(machine.authenticated(initialHoldMilliseconds: 250) == 250)
+        #expect(machine.isHoldingLiveOutput)
+        #expect(machine.authenticated(initialHoldMilliseconds: 250) == nil)
+        #expect(machine.hold(frame("a"), seq: 1, maxBytes: 100, maxFrames: 10) == .held)
+        #expect(machine.releaseStartHold() == .write([frame("a")]))
+
+        var off = SessionStateMachine()
+        _ = off.start(initialHoldMilliseconds: 0)
+        #expect(off.authenticated(initialHoldMilliseconds: 0) == nil)
+        #expect(off.state == .live)
+
+        var closing = SessionStateMachine()
+        _ = closing.start(initialHoldMilliseconds: 0)
+        _ = closing.close(.afterLastFrame)
+        #expect(closing.authenticated(initialHoldMilliseconds: 250) == nil)
+    }
+
     @Test func releasingTheStartHoldSendsWhatWaitedInOrderOnce() {
         var machine = SessionStateMachine()
         _ = machine.start(initialHoldMilliseconds: 250)
