@@ -151,9 +151,10 @@ final class SQLiteBackend: StorageBackend {
                 directoryLock: directoryLock
             )
         } catch {
-            try? await opened.checkpointer?.close()
+            // The futures, not the async calls: a start cancelled by a stop signal must still close them.
+            try? await opened.checkpointer?.close().get()
             if let writer = opened.writer { _ = try? await thread.perform { writer.close() } }
-            try? await reader.close()
+            try? await reader.close().get()
             throw error
         }
     }
@@ -385,8 +386,8 @@ final class SQLiteBackend: StorageBackend {
         } catch {
             logger.notice("WAL left for the next start", metadata: ["error": "\(String(reflecting: error))"])
         }
-        try? await checkpointer.close()
-        try? await reader.close()
+        try? await checkpointer.close().get()
+        try? await reader.close().get()
         _ = try? await thread.perform { writer.close() }
         directoryLock?.release()
     }

@@ -81,6 +81,10 @@ extension GroupCommitStore {
         } catch let error as StoreError {
             lock?.release()
             throw error
+        } catch is CancellationError {
+            // A stop signal while the store opens: a stop, not a failure of the database.
+            lock?.release()
+            throw CancellationError()
         } catch {
             lock?.release()
             logger.error("cannot open database", metadata: ["error": "\(String(reflecting: error))"])
@@ -91,6 +95,7 @@ extension GroupCommitStore {
             state = try await backend.load()
         } catch {
             await backend.close()
+            if error is CancellationError { throw error }
             throw StoreError(message: "cannot read the database in data directory \(directory): \(error)")
         }
         return GroupCommitStore(backend: backend, state: state, executor: thread, now: now)

@@ -435,6 +435,36 @@ def test_a_stop_while_postgresql_is_still_unreachable_at_start_is_graceful(tmp_p
             process.kill()
 
 
+def test_a_stop_at_any_moment_of_the_start_is_graceful(tmp_path):
+    """SIGTERM at moments spread over the start (the SQLite store opening, migrating, loading,
+    the listeners binding): every run exits 0, nothing is logged as an error (a stop is not a
+    failure of the database), and no connection to the store is left open (a debug build
+    asserts on one)."""
+    failures = []
+    for run in range(40):
+        data = tmp_path / f"data-{run}"
+        process = subprocess.Popen(
+            [daemon_binary(), "serve", "--data-dir", str(data), "--listen", "127.0.0.1:0",
+             "--http-listen", "off", "--log-level", "info"],
+            stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(0.02 + 0.01 * run)  # the moment of the stop, not a synchronisation
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, log = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, log = process.communicate()
+            failures.append((run, "did not stop", log[-2000:]))
+            continue
+        if process.returncode == -signal.SIGTERM and not log.strip():
+            continue  # before the daemon trapped its signals (its first milliseconds): nothing was open
+        bad = [line for line in log.splitlines() if " error " in line or "Assertion" in line or "Fatal" in line]
+        if process.returncode != 0 or bad:
+            failures.append((run, process.returncode, bad or log[-2000:]))
+    assert not failures, failures
+
+
 def test_a_refused_reload_shows_in_the_status_until_one_succeeds(tmp_path):
     """systemctl reload cannot fail a Type=notify-reload service; a refused reload is told in
     STATUS= (what `systemctl status` shows), kept in the periodic status line, and cleared by
