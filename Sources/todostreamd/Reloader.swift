@@ -53,13 +53,17 @@ struct Reloader: Sendable {
             next.tlsCertificatePath = current.tlsCertificatePath
             next.tlsKeyPath = current.tlsKeyPath
         }
-        let changed = Self.restartOnlyChanges(from: current, to: next)
+        let changed: [String]
+        do {
+            changed = try Self.keepingRestartOnly(of: current, in: &next)
+        } catch {
+            return refused("config not reloaded; keeping the old one", reason: "\(error)")
+        }
         if !changed.isEmpty {
             logger.warning(
                 "these settings change only on restart; keeping the running ones",
                 metadata: ["settings": "\(changed.joined(separator: ", "))"]
             )
-            Self.keepRestartOnly(of: current, in: &next)
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
             // A certificate that clients would refuse (expired, or not valid yet) is a bad one:
@@ -135,6 +139,26 @@ struct Reloader: Sendable {
     /// The groups of restart-only settings that differ between `current` and `next`.
     static func restartOnlyChanges(from current: DaemonOptions, to next: DaemonOptions) -> [String] {
         restartOnly.filter { !$0.settings.allSatisfy { $0.same(current, next) } }.map(\.group)
+    }
+
+    /// Puts the running values of the restart-only settings back into `next`, and returns the
+    /// groups that differed. What the file asks is checked as it is read; what would be in
+    /// force is the new settings with the running listeners and store, and that must hold
+    /// together too: new tokens against the listeners in use (a public plain-text listener
+    /// kept running must not be left without authentication).
+    static func keepingRestartOnly(of current: DaemonOptions, in next: inout DaemonOptions) throws -> [String] {
+        let changed = restartOnlyChanges(from: current, to: next)
+        guard !changed.isEmpty else { return [] }
+        keepRestartOnly(of: current, in: &next)
+        do {
+            try next.validate()
+        } catch let error as ConfigError {
+            throw ConfigError(
+                message:
+                    "\(error.message) (with the running \(changed.joined(separator: ", ")) settings, which change only on restart)"
+            )
+        }
+        return changed
     }
 
     /// Puts the running values of the restart-only settings back into `next`.

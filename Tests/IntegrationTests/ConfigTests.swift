@@ -424,6 +424,28 @@ import Glibc
         #expect(Reloader.restartOnlyChanges(from: current, to: moved) == ["listen"])
     }
 
+    /// A reload is judged with the listeners that stay running: one that moves a public
+    /// plain-text listener to loopback (a restart-only change) and drops the view tokens would
+    /// leave the running public listener open to anyone, so it is refused.
+    @Test func aReloadIsCheckedWithTheListenersThatStayRunning() throws {
+        let token = "auth:\n  tokens:\n    - role: view\n      token: \"a-view-token\"\n"
+        let current = try resolve("listen:\n  tcp: 0.0.0.0:7999\n  http: off\n" + token)
+        var next = try resolve("listen:\n  tcp: 127.0.0.1:7999\n  http: off\n")
+        #expect(throws: ConfigError.self) { try Reloader.keepingRestartOnly(of: current, in: &next) }
+        do {
+            _ = try Reloader.keepingRestartOnly(of: current, in: &next)
+        } catch {
+            #expect("\(error)".contains("refusing to listen on 0.0.0.0:7999 in plain text without a view token"))
+            #expect("\(error)".contains("with the running listen settings"))
+        }
+        // With a view token, or with nothing restart-only changed, it is applied.
+        var withToken = try resolve("listen:\n  tcp: 127.0.0.1:7999\n  http: off\n" + token)
+        #expect(try Reloader.keepingRestartOnly(of: current, in: &withToken) == ["listen"])
+        #expect(withToken.listeners.tcp?.host == "0.0.0.0")
+        var same = try resolve("listen:\n  tcp: 0.0.0.0:7999\n  http: off\nlog_level: debug\n" + token)
+        #expect(try Reloader.keepingRestartOnly(of: current, in: &same).isEmpty)
+    }
+
     /// What `serve` would refuse, `check-config` refuses too: both resolve the same way.
     @Test func settingsServeWouldRefuseAreRefusedWhenResolved() throws {
         let devOutside = message("listen:\n  tls: 0.0.0.0:7443\ntls:\n  dev: true\n")
