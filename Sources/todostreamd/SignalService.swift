@@ -12,19 +12,30 @@ import UnixSignals
 /// (`serve` traps them first thing; one sent within the process's first milliseconds, before
 /// that, still kills it, with nothing open yet). Signals that arrive once this service has stopped (during the drain) stay trapped and are
 /// ignored. Tests hand in a stream of their own.
+///
+/// A reload runs on a thread of its own (`ReloadRunner`): this loop never waits for one, so a
+/// stop signal is handled however slow a reload is, and SIGHUPs that come while one runs make
+/// one more reload after it.
 struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.Element == UnixSignal {
     let signals: Signals
-    let reload: @Sendable () -> Void
+    let reloads: ReloadRunner
     let logger: Logger
+
+    init(signals: Signals, reload: @escaping @Sendable () -> Void, logger: Logger) {
+        self.signals = signals
+        self.reloads = ReloadRunner(reload: reload)
+        self.logger = logger
+    }
 
     func run() async throws {
         let stopped = await cancelWhenGracefulShutdown { () async -> Bool in
             do {
                 for try await signal in signals {
                     if signal == .sighup {
-                        reload()
+                        reloads.request()
                     } else {
                         logger.notice("shutting down", metadata: ["signal": "\(signal)"])
+                        await reloads.stop()
                         return true
                     }
                 }
@@ -33,6 +44,8 @@ struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.E
             }
             return false
         }
+        // No reload starts once the daemon stops, whatever stopped it.
+        await reloads.stop()
         // Without a stop signal (the group is shutting down anyway, or the sequence ended), this
         // service must not end the group: it waits for the shutdown.
         if !stopped {

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -10,6 +11,9 @@ import Musl
 /// every call does nothing.
 struct SystemdNotifier: Sendable {
     let socketPath: String?
+    /// Set once `STOPPING=1` is sent (copies share it): a reload that ends after that (one left
+    /// behind by a stop) does not tell systemd `RELOADING=1` or `READY=1` any more.
+    private let stopping = NIOLockedValueBox(false)
 
     init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         let path = environment["NOTIFY_SOCKET"] ?? ""
@@ -22,6 +26,12 @@ struct SystemdNotifier: Sendable {
     @discardableResult
     func notify(_ state: String) -> Bool {
         guard let socketPath else { return false }
+        let lines = state.split(separator: "\n")
+        let sendable = stopping.withLockedValue { stopping in
+            if lines.contains("STOPPING=1") { stopping = true }
+            return !(stopping && (lines.contains("READY=1") || lines.contains("RELOADING=1")))
+        }
+        guard sendable else { return false }
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }

@@ -80,6 +80,27 @@ final class NotifySocket: Sendable {
         try await socket.wait(for: "STOPPING=1")
     }
 
+    /// Once `STOPPING=1` is sent, a reload left running by the stop does not tell systemd
+    /// `RELOADING=1` or `READY=1` any more (copies of the notifier share that).
+    @Test func nothingSaysReadyOrReloadingAfterStopping() async throws {
+        let socket = try NotifySocket()
+        defer { socket.close() }
+        let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": socket.path])
+        let copy = notifier
+        #expect(notifier.notify("RELOADING=1\nMONOTONIC_USEC=1"))
+        #expect(notifier.notify("READY=1"))
+        #expect(notifier.notify("STOPPING=1\nSTATUS=draining"))
+        #expect(copy.notify("RELOADING=1\nMONOTONIC_USEC=2") == false)
+        #expect(copy.notify("READY=1") == false)
+        #expect(copy.notify("STATUS=drained"))
+        try await socket.wait(for: "STATUS=drained")
+        #expect(
+            socket.messages.withLockedValue { $0 } == [
+                "RELOADING=1\nMONOTONIC_USEC=1", "READY=1", "STOPPING=1\nSTATUS=draining", "STATUS=drained",
+            ]
+        )
+    }
+
     @Test func watchdogIsForThisProcessOnly() {
         #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "4000000"]) == .seconds(2))
         #expect(
