@@ -48,9 +48,13 @@ struct PostgresConnector: Sendable {
     private var startupParameters: [(String, String)] {
         [
             ("application_name", "todostreamd"),
-            ("idle_in_transaction_session_timeout", String(max(1000, settings.acquireTimeout.milliseconds * 3))),
+            ("idle_in_transaction_session_timeout", String(idleHoldTimeoutMilliseconds)),
         ]
     }
+
+    /// How long a session may sit idle holding what other daemons wait for (a transaction, the
+    /// commit advisory lock) before the server ends it.
+    var idleHoldTimeoutMilliseconds: Int { max(1000, Int(settings.acquireTimeout.milliseconds) * 3) }
 
     /// How many servers there are to choose from (one with a Unix socket).
     var serverCount: Int { settings.socketPath == nil ? settings.servers.count : 1 }

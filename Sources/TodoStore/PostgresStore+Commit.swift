@@ -128,7 +128,9 @@ extension PostgresStore {
             } else {
                 attempt += 1
             }
-            let locked = attempt > Self.optimisticAttempts
+            let locked =
+                attempt > Self.optimisticAttempts
+                ? ExclusiveCommit(idleTimeoutMilliseconds: connector.idleHoldTimeoutMilliseconds) : nil
             let progress = TransactionGuard()
             let staged = NIOLockedValueBox<Staged?>(nil)
             let follow = follower.map { FollowRequest(after: $0.handled, ownPrefix: claims.originPrefix) }
@@ -341,7 +343,7 @@ extension PostgresStore {
         _ writes: [TodoWrite],
         time: Timestamp,
         origin: String,
-        locked: Bool,
+        locked: ExclusiveCommit?,
         expectHead: Int64? = nil,
         follow: FollowRequest? = nil,
         guessed: Staged? = nil,
@@ -355,11 +357,8 @@ extension PostgresStore {
             batch = guessed
         } else {
             do {
-                if locked {
-                    try await connection.query(
-                        "SELECT pg_advisory_lock(\(PostgresMigrations.commitLockKey))",
-                        logger: logger
-                    )
+                if let locked {
+                    try await connection.query(PostgresQuery(unsafeSQL: locked.lockSQL), logger: logger)
                 }
                 let ids = touched(by: writes)
                 let (head, stored, applied) = try await read(
@@ -369,12 +368,12 @@ extension PostgresStore {
                     logger: logger
                 )
                 if let expectHead, head != expectHead {
-                    if locked { await unlock(connection, logger: logger) }
+                    if let locked { await locked.unlock(connection, logger: logger) }
                     return .stale
                 }
                 batch = stage(writes, ids: ids, stored: stored, applied: applied, head: head, time: time)
             } catch {
-                if locked { try? await connection.close() }
+                if locked != nil { try? await connection.close() }
                 return .failed(error)
             }
         }
@@ -384,16 +383,16 @@ extension PostgresStore {
                 do {
                     try await flush(on: connection, logger: logger)
                 } catch {
-                    if locked { try? await connection.close() }
+                    if locked != nil { try? await connection.close() }
                     return .failed(error)
                 }
             }
-            if locked { await unlock(connection, logger: logger) }
+            if let locked { await locked.unlock(connection, logger: logger) }
             return .done(batch.results(first: UInt64(max(0, batch.headAtRead)) + 1), nil)
         }
         staged(batch)
         guard progress.enterCommit() else {
-            if locked { try? await connection.close() }
+            if locked != nil { try? await connection.close() }
             return .failed(DatabaseUnavailable())
         }
         let newHead: Int64
@@ -408,10 +407,10 @@ extension PostgresStore {
                 logger: logger
             )
         } catch {
-            if locked { try? await connection.close() }
+            if locked != nil { try? await connection.close() }
             return refused(error) ? .failed(error) : .inDoubt(staged: batch, error: error)
         }
-        if locked { await unlock(connection, logger: logger) }
+        if let locked { await locked.unlock(connection, logger: logger) }
         guard newHead >= 0 else { return .stale }
         let first = newHead - Int64(batch.entries.count) + 1
         return .done(
@@ -424,18 +423,6 @@ extension PostgresStore {
     static func touched(by writes: [TodoWrite]) -> [UUID] {
         var seen = Set<UUID>()
         return writes.map(\.id).filter { seen.insert($0).inserted }
-    }
-
-    /// Releases the commit advisory lock, or closes the connection (which releases it too).
-    private static func unlock(_ connection: PostgresConnection, logger: Logger) async {
-        do {
-            try await connection.query(
-                "SELECT pg_advisory_unlock(\(PostgresMigrations.commitLockKey))",
-                logger: logger
-            )
-        } catch {
-            try? await connection.close()
-        }
     }
 
     /// True when the server answered the commit with an error that only its first transaction
@@ -663,6 +650,40 @@ extension PostgresStore {
                 (Int64, [Int64]?, [String]?, [ByteBuffer]?, [String]?, [String]?).self
             )
             return Row(head: head, seqs: seqs, types: types, payloads: payloads, origins: origins, mids: mids)
+        }
+    }
+}
+
+/// How a batch that lost the optimistic race holds the commit advisory lock: for the session,
+/// not the transaction, as it spans the commit procedure's own `COMMIT`. Between its statements
+/// the session is idle, not in a transaction, so `idle_in_transaction_session_timeout` does not
+/// cover it: a daemon frozen or cut off there would hold every other daemon's commits until its
+/// connection died (hours, for a cut network). While it holds the lock the session sets
+/// `idle_session_timeout` (PostgreSQL 14 and later) to the same bound, so the server ends it.
+struct ExclusiveCommit: Sendable {
+    let idleTimeoutMilliseconds: Int
+
+    /// Sets the idle bound and takes the lock, in one round trip.
+    var lockSQL: String {
+        "SELECT \(Self.setIdleTimeout(idleTimeoutMilliseconds)), pg_advisory_lock(\(PostgresMigrations.commitLockKey))"
+    }
+
+    /// Releases the lock and lifts the idle bound (a pooled connection may idle for long).
+    static let unlockSQL =
+        "SELECT pg_advisory_unlock(\(PostgresMigrations.commitLockKey)), \(setIdleTimeout(0))"
+
+    /// `idle_session_timeout` where the server has it (14 and later), else nothing.
+    private static func setIdleTimeout(_ milliseconds: Int) -> String {
+        "CASE WHEN current_setting('server_version_num')::int >= 140000 "
+            + "THEN set_config('idle_session_timeout', '\(milliseconds)', false) END"
+    }
+
+    /// Releases the commit advisory lock, or closes the connection (which releases it too).
+    func unlock(_ connection: PostgresConnection, logger: Logger) async {
+        do {
+            try await connection.query(PostgresQuery(unsafeSQL: Self.unlockSQL), logger: logger)
+        } catch {
+            try? await connection.close()
         }
     }
 }

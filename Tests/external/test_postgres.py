@@ -1241,3 +1241,109 @@ def test_daemons_that_keep_committing_learn_each_others_entries_from_their_own_c
             assert notifications < 2 * rounds, \
                 f"{2 * rounds} commits by two daemons that keep committing sent {notifications} notifications " \
                 f"although their followers read only {reads} times in {elapsed:.1f} s"
+
+
+# The commit advisory lock's key (PostgresMigrations.commitLockKey, "todocomm"): pg_locks shows
+# its low 32 bits as objid.
+PostgresCommitLockLow32 = 0x636F6D6D
+
+
+def _owner_of_local_port(port: int, daemons) -> object | None:
+    """The daemon whose process holds the TCP socket bound locally to 127.0.0.1:`port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for daemon in daemons:
+        fd_dir = Path(f"/proc/{daemon.pid}/fd")
+        for fd in fd_dir.iterdir():
+            try:
+                if os.readlink(fd) in inodes:
+                    return daemon
+            except OSError:
+                continue
+    return None
+
+
+def test_a_daemon_frozen_while_it_holds_the_commit_lock_stops_the_others_for_a_bounded_time(daemon_factory, database,
+                                                                                            postgres):
+    """A batch that lost the optimistic race three times holds the commit advisory lock for its
+    session, from its read to its commit, with the session idle in between. A daemon frozen
+    there (a VM paused, a network cut) held every other daemon's commits for as long as its
+    connection lived: hours. While it holds the lock its session has `idle_session_timeout`, so
+    the server ends it and the others go on. Contention on one todo from both daemons, with the
+    todos table locked now and then, makes batches take the lock; the one caught holding it is
+    frozen with SIGSTOP."""
+    os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"] = "1000"
+    try:
+        daemons = pg_daemons(daemon_factory, database[1])
+    finally:
+        del os.environ["TODOSTREAM_POSTGRES_TIMEOUT_MS"]
+    name = database[0]
+    with LineClient(daemons[0].tcp_port, name="maker") as maker:
+        _, hot = create_todo(maker, "contended")
+        _, cold = create_todo(maker, "written while frozen")
+    stop = threading.Event()
+
+    def hammer(port):
+        try:
+            with LineClient(port, name="hammer") as c:
+                while not stop.is_set():
+                    toggle(c, hot["payload"]["todo"], timeout=30)
+        except Exception:
+            pass  # a connection closed by the freeze or the end of the test
+
+    threads = [threading.Thread(target=hammer, args=(d.tcp_port,), daemon=True) for d in daemons for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    held = ("SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' "
+            f"AND l.objid = {PostgresCommitLockLow32} AND l.mode = 'ExclusiveLock' AND l.granted;")
+    locker = subprocess.Popen(
+        [str(postgres.bin / "psql"), "-h", str(postgres.root), "-p", str(postgres.port), "-U", "postgres", "-d", name,
+         "-X", "-A", "-t", "-q"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+
+    def q(sql):
+        locker.stdin.write(sql + "\n\\echo __END__\n")
+        locker.stdin.flush()
+        out = []
+        while (line := locker.stdout.readline()).strip() != "__END__":
+            assert line, "psql ended"
+            out.append(line.strip())
+        return [line for line in out if line]
+
+    frozen = None
+    try:
+        deadline = time.monotonic() + 120
+        while frozen is None and time.monotonic() < deadline:
+            assert q("BEGIN; LOCK TABLE todos IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(0.05);") == []
+            for port in q(held):
+                owner = _owner_of_local_port(int(port), daemons)
+                if owner is not None:
+                    os.kill(owner.pid, signal.SIGSTOP)
+                    frozen = owner
+                    break
+            assert q("COMMIT;") == []
+        assert frozen is not None, "no batch was caught holding the commit lock in 120 s"
+        stop.set()
+        other = next(d for d in daemons if d is not frozen)
+        with LineClient(other.tcp_port, name="other") as c:
+            started = time.monotonic()
+            answer = toggle(c, cold["payload"]["todo"], timeout=60)
+            assert answer.get("seq"), answer
+            # The bound is 3 × postgres.timeout_ms (at least 1 s): the frozen session idles out.
+            assert time.monotonic() - started < 30, "the write waited for the frozen daemon"
+            assert toggle(c, cold["payload"]["todo"], timeout=10).get("seq")
+        assert q(held) == []
+    finally:
+        stop.set()
+        if frozen is not None:
+            os.kill(frozen.pid, signal.SIGCONT)
+        locker.stdin.close()
+        locker.wait(timeout=30)
