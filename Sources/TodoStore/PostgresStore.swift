@@ -113,6 +113,13 @@ public actor PostgresStore: ServedStore {
             } catch let error as NoFittingServer where error.settingsRefused {
                 // A wrong password or database name: waiting does not change it.
                 throw StoreError(message: "PostgreSQL at \(settings) refused the connection: \(error)")
+            } catch let error where Self.refusesTheSchema(error) {
+                // Connected, and the server refused the schema's set-up for what the database
+                // is: a privilege the user lacks, or a table of its own with one of our names.
+                throw StoreError(
+                    message:
+                        "PostgreSQL at \(settings) refused to set up the schema: \(Self.describe(error)) (the user needs the right to create tables in the database, which must hold no tables of its own named as todostream's)"
+                )
             } catch {
                 try Task.checkCancellation()
                 lastError = Self.describe(error)
@@ -202,6 +209,16 @@ public actor PostgresStore: ServedStore {
 
     /// A short, safe description of a database error: the SQLSTATE and message the server
     /// sent, or the kind of connection failure. Never the query's binds or the password.
+    /// Whether the server refused a statement for what the database is, not for how it is
+    /// doing: a privilege (42501), an object that exists or does not (42P07, 42P01, 42703),
+    /// or any other error of class 42 (syntax or access rule). Retrying does not change it.
+    static func refusesTheSchema(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server,
+            let state = error.serverInfo?[.sqlState]
+        else { return false }
+        return state.hasPrefix("42")
+    }
+
     static func describe(_ error: any Error) -> String {
         if let error = error as? PSQLError {
             if let state = error.serverInfo?[.sqlState], let message = error.serverInfo?[.message] {

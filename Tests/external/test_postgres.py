@@ -586,6 +586,21 @@ def test_settings_postgresql_refuses_fail_the_start_at_once_in_plain_words(tmp_p
     closed = free_port()
     err, _ = start(f"postgres://postgres@127.0.0.1:{closed}/postgres?sslmode=disable", timeout_ms="1500")
     assert "connection refused" in err and "connectionError" not in err, err
+    # Connected, but the schema cannot be set up: a user without the right to create tables, a
+    # database with a table of its own named as one of ours. Neither is retried.
+    name = postgres.create_database()
+    postgres.psql("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'limited') "
+                  "THEN CREATE ROLE limited LOGIN; END IF; END$$")
+    postgres.psql("REVOKE CREATE ON SCHEMA public FROM PUBLIC", name)
+    err, took = start(postgres.url(name).replace("postgres@", "limited@", 1))
+    assert "42501" in err and "refused to set up the schema" in err and took < 15, (took, err)
+    assert "retrying" not in err, err
+    theirs = postgres.create_database()
+    postgres.psql("CREATE TABLE todos (name text PRIMARY KEY)", theirs)
+    err, took = start(postgres.url(theirs))
+    assert "refused to set up the schema" in err and took < 15, (took, err)
+    assert postgres.psql("SELECT string_agg(column_name, ',') FROM information_schema.columns "
+                         "WHERE table_name = 'todos'", theirs) == "name", "their table is left as it was"
 
 
 def test_a_commit_whose_notification_never_comes_still_reaches_every_client(daemon_factory, database, postgres):
