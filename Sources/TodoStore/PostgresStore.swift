@@ -209,6 +209,12 @@ public actor PostgresStore: ServedStore {
 
     /// A short, safe description of a database error: the SQLSTATE and message the server
     /// sent, or the kind of connection failure. Never the query's binds or the password.
+    /// Checks what `open` would read before it connects (the TLS files `sslrootcert` and the
+    /// like name), so that `check-config` says what `serve` would. Throws `StoreError`.
+    public static func checkFiles(settings: PostgresSettings) throws {
+        _ = try PostgresConnector(settings: settings)
+    }
+
     /// Whether the server refused a statement for what the database is, not for how it is
     /// doing: a privilege (42501), an object that exists or does not (42P07, 42P01, 42703),
     /// or any other error of class 42 (syntax or access rule). Retrying does not change it.

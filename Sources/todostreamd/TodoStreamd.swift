@@ -278,6 +278,14 @@ struct CheckConfig: ParsableCommand {
         {
             fail(problem)
         }
+        // The files the PostgreSQL URL names (sslrootcert) are read as `serve` reads them.
+        if options.engine == .postgres {
+            do {
+                try PostgresStore.checkFiles(settings: PostgresSettings(url: options.postgresURL ?? ""))
+            } catch let error as StoreError {
+                fail(error.message)
+            }
+        }
         // The certificate and key are loaded as `serve` loads them: a config that names files
         // it cannot use does not pass.
         if let certificate = options.tlsCertificatePath, let key = options.tlsKeyPath {

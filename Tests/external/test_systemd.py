@@ -96,6 +96,12 @@ def test_check_config_accepts_the_example_and_names_what_is_wrong(tmp_path):
     bad.write_text(f"data_dir: {blocker}\nstorage: memory\n")  # not used: nothing to say
     result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    # The CA file a PostgreSQL URL names is read as `serve` reads it (no server is contacted).
+    bad.write_text("storage: postgres\n"
+                   f"postgres_url: postgres://todo@127.0.0.1:1/todo?sslmode=verify-full&sslrootcert={missing}\n")
+    result = subprocess.run([daemon_binary(), "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0, result.stdout
+    assert f"cannot read sslrootcert {missing}" in result.stderr, result.stderr
 
 
 def test_a_busy_port_and_an_unwritable_data_dir_are_one_line_errors(daemon, tmp_path):
