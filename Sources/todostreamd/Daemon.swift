@@ -413,6 +413,7 @@ final class Daemon: Sendable {
             notifier: SystemdNotifier(environment: options.environment),
             logger: logger
         )
+        reloader.certificateInUse.withLockedValue { $0 = options.tlsCertificatePath.flatMap(Reloader.contents(of:)) }
         let systemd = SystemdService(
             notifier: reloader.notifier,
             watchdogInterval: SystemdNotifier.watchdogInterval(environment: options.environment),

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOSSL
@@ -17,6 +18,8 @@ struct Reloader: Sendable {
     /// Why the last reload was refused, until one succeeds: shown in systemd's `STATUS=`, so
     /// that `systemctl status` tells a refused reload from an applied one.
     let refusal = NIOLockedValueBox<String?>(nil)
+    /// The bytes of the certificate file last put in use (at start or by a reload).
+    let certificateInUse = NIOLockedValueBox<[UInt8]?>(nil)
 
     /// The status line to show: `serving`'s, with the last refused reload's reason.
     func status(_ serving: String) -> String {
@@ -66,28 +69,27 @@ struct Reloader: Sendable {
             )
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
-            // A certificate that clients would refuse (expired, or not valid yet) is a bad one:
-            // the one in use stays.
+            let pem = Self.contents(of: cert)
             if let problem = Daemon.certificateDateProblem(cert) {
-                return refused(
-                    "not reloaded: the TLS certificate is not valid now; keeping the old settings",
-                    reason: problem
-                )
-            }
-            do {
-                let context = try Daemon.makeTLSContext(
-                    certificatePath: cert,
-                    keyPath: key,
-                    clientCAPath: next.tlsClientCAPath,
-                    closeTimeout: next.tlsCloseTimeout
-                )
-                relay.replaceTLSContext(context)
-                logger.notice("TLS certificate reloaded", metadata: ["path": "\(cert)"])
-            } catch {
-                return refused(
-                    "not reloaded: the TLS certificate is unusable; keeping the old settings",
-                    reason: "\(error)"
-                )
+                // A new certificate that clients would refuse (expired, or not valid yet) does
+                // not replace the one in use. The one in use itself is served on, as at start,
+                // and said loudly: the rest of the reload (a token revoked) still applies.
+                guard pem != nil, pem == certificateInUse.withLockedValue({ $0 }) else {
+                    return refused(
+                        "not reloaded: the TLS certificate is not valid now; keeping the old settings",
+                        reason: problem
+                    )
+                }
+                logger.error("\(problem): clients will refuse it; replace it and reload")
+            } else {
+                do {
+                    try replaceTLSContext(certificate: cert, key: key, pem: pem, next: next)
+                } catch {
+                    return refused(
+                        "not reloaded: the TLS certificate is unusable; keeping the old settings",
+                        reason: "\(error)"
+                    )
+                }
             }
         }
         relay.settings.update(configuration: next.relay, auth: next.auth)
@@ -103,6 +105,24 @@ struct Reloader: Sendable {
         if wasRefused { notifier.notify("STATUS=reloaded") }
         logger.notice("reloaded")
         return true
+    }
+
+    /// Loads the certificate and key, puts them in use, and remembers the certificate's bytes.
+    private func replaceTLSContext(certificate: String, key: String, pem: [UInt8]?, next: DaemonOptions) throws {
+        let context = try Daemon.makeTLSContext(
+            certificatePath: certificate,
+            keyPath: key,
+            clientCAPath: next.tlsClientCAPath,
+            closeTimeout: next.tlsCloseTimeout
+        )
+        relay.replaceTLSContext(context)
+        certificateInUse.withLockedValue { $0 = pem }
+        logger.notice("TLS certificate reloaded", metadata: ["path": "\(certificate)"])
+    }
+
+    /// A file's bytes, or nil when it cannot be read.
+    static func contents(of path: String) -> [UInt8]? {
+        FileManager.default.contents(atPath: path).map { [UInt8]($0) }
     }
 
     /// A setting that takes effect only when the daemon starts: compared between the options in

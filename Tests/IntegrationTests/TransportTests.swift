@@ -933,6 +933,28 @@ struct RawWebSocket {
     }
 }
 
+/// A daemon that started with an expired certificate (served, with an error logged) still
+/// reloads the rest of its settings while that certificate stays: a token must be revocable
+/// before the certificate is replaced. Another expired certificate is still refused.
+@Test func aReloadKeepsAnExpiredCertificateThatIsInUseAndAppliesTheRest() async throws {
+    let directory = temporaryDirectory()
+    let expired = try DevCertificate.generate(now: Date().addingTimeInterval(-400 * 86_400))
+    let files = DevCertificate.Files(
+        certificatePath: directory + "/cert.pem",
+        keyPath: directory + "/key.pem",
+        fingerprint: ""
+    )
+    try Data(expired.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+    try Data(expired.key.utf8).write(to: URL(fileURLWithPath: files.keyPath))
+    try await withDaemon(.tls(files, { $0.listeners.tls = .init(host: "127.0.0.1", port: 0) })) { daemon in
+        #expect(daemon.reload())
+        let other = try DevCertificate.generate(now: Date().addingTimeInterval(-500 * 86_400))
+        try Data(other.certificate.utf8).write(to: URL(fileURLWithPath: files.certificatePath))
+        try Data(other.key.utf8).write(to: URL(fileURLWithPath: files.keyPath))
+        #expect(daemon.reload() == false)
+    }
+}
+
 /// A TLS connection that never finishes its handshake is closed after
 /// `limits.handshake_timeout_ms`; one that finished it may then stay idle: it still answers
 /// once the stalled one (opened after it) has been closed.
