@@ -306,10 +306,12 @@ enum ConfigFile {
                 value = number
             case .bool:
                 guard
-                    let flag = ["true": true, "1": true, "yes": true, "false": false, "0": false, "no": false][
-                        text.lowercased()
-                    ]
-                else { throw ConfigError(message: "\(name) must be true or false") }
+                    // What YAML reads as a boolean in the file reads as one here too.
+                    let flag = [
+                        "true": true, "1": true, "yes": true, "on": true,
+                        "false": false, "0": false, "no": false, "off": false,
+                    ][text.lowercased()]
+                else { throw ConfigError(message: "\(name) must be true or false (or yes/no, on/off, 1/0)") }
                 value = flag
             case .strings:
                 value = text.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }

@@ -371,6 +371,16 @@ import Glibc
         #expect(message(nil, flags: ["--max-frame-bytes", "5"])?.contains("--max-frame-bytes") == true)
     }
 
+    /// A boolean from the environment is read as the file's YAML reads one: `on` and `off` too.
+    @Test func environmentBooleansReadAsTheFilesDo() throws {
+        let key = "TODOSTREAM_TLS_HTTP"
+        for (text, expected) in [("on", true), ("YES", true), ("1", true), ("off", false), ("no", false)] {
+            let options = try resolve("tls:\n  dev: true\n", environment: [key: text])
+            #expect(options.listeners.httpTLS == expected, "\(text)")
+        }
+        #expect(message(nil, environment: [key: "maybe"])?.contains("\(key) must be true or false") == true)
+    }
+
     @Test func tokensAreKeptHashedAndMakeAuthRequired() throws {
         let digest = TokenEntry.digest("monitor-secret")
         let options = try resolve(
