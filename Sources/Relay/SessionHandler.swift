@@ -117,6 +117,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private var idleTimer: Scheduled<Void>?
     /// A look at the backlog is scheduled (`lookAtTheBacklogLater`).
     private var backlogWatched = false
+    /// Set when `draining` is sent: the daemon is stopping, and a request that is not in the
+    /// sequencer yet is refused (`unavailable`, nothing applied) rather than committed with an
+    /// answer the closing connection might never carry.
+    private var drainingSent = false
     /// A page of a replay waiting for the client to take what was written of it, and the
     /// rest of the page (`writeReplayed`).
     private var replayWaiter: (promise: EventLoopPromise<Bool>, rest: ArraySlice<ByteBuffer>)?
@@ -561,7 +565,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// The request `event` stands for when it may join the requests in flight: a frame that
     /// `handle` would publish without answering anything itself. Takes a rate-limit token.
     private func pipelinable(_ event: FrameEvent) -> PreparedRequest? {
-        guard case .frame(let buffer) = event, authentication.isAuthenticated, authentication.role == .view else {
+        guard case .frame(let buffer) = event, authentication.isAuthenticated, authentication.role == .view,
+            !drainingSent
+        else {
             return nil
         }
         let bytes = Array(buffer.readableBytesView)
@@ -585,6 +591,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func startRequest(_ request: PreparedRequest) {
+        guard !drainingSent else {
+            sendError(
+                .unavailable,
+                "The daemon is shutting down; nothing was applied. Reconnect and send it again.",
+                request.re
+            )
+            return
+        }
         guard submit(request) else {
             sendError(
                 .unavailable,
@@ -1324,6 +1338,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Sends `draining` (called at shutdown).
     func sendDraining(reconnectAfterMs: Int) {
+        drainingSent = true
         // Goes out at once, ahead of anything held back, and without ending the start hold: a
         // client whose `resume` (its first frame) is on its way gets its replay before the
         // broadcasts held for it, as always. Released here, they went out first, and a client

@@ -12,8 +12,24 @@ import UnixSignals
 
 /// An in-memory store that behaves like the PostgreSQL one towards the daemon: its connections
 /// and its follower run until cancelled. It records what happened to it, in order.
-actor LifecycleStore: ServedStore {
-    private let inner: GroupCommitStore
+/// A test store in front of an in-memory one: what it does not do itself, the inner one does.
+protocol ForwardingStore: ServedStore {
+    nonisolated var inner: GroupCommitStore { get }
+}
+
+extension ForwardingStore {
+    func position() async throws -> JournalPosition { try await inner.position() }
+    func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
+        try await inner.entries(after: after, through: through)
+    }
+    var isHealthy: Bool { get async { await inner.isHealthy } }
+    var lastSeenHealthy: Bool { get async { await inner.lastSeenHealthy } }
+    var commitLatency: LatencyHistogram { get async { await inner.commitLatency } }
+    func startingPosition() async throws -> JournalPosition { try await inner.position() }
+}
+
+actor LifecycleStore: ForwardingStore {
+    nonisolated let inner: GroupCommitStore
     private(set) var events: [String] = []
 
     init() async {
@@ -23,14 +39,6 @@ actor LifecycleStore: ServedStore {
     var closeCount: Int { events.filter { $0 == "closed" }.count }
 
     func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] { await inner.execute(batch) }
-    func position() async throws -> JournalPosition { try await inner.position() }
-    func entries(after: UInt64, through: UInt64) async throws -> [JournalEntry] {
-        try await inner.entries(after: after, through: through)
-    }
-    var isHealthy: Bool { get async { await inner.isHealthy } }
-    var lastSeenHealthy: Bool { get async { await inner.lastSeenHealthy } }
-    var commitLatency: LatencyHistogram { get async { await inner.commitLatency } }
-    func startingPosition() async throws -> JournalPosition { try await inner.position() }
 
     func runConnections() async {
         events.append("connections running")
@@ -205,5 +213,89 @@ actor LifecycleStore: ServedStore {
         try await daemon.run()
         #expect(daemon.relay.settings.configuration.maxSubscriptions == 5)
         #expect(await store.closeCount == 1)
+    }
+}
+
+/// An in-memory store whose commits wait while the test holds them, telling it each time one
+/// arrives.
+actor GatedStore: ForwardingStore {
+    nonisolated let inner: GroupCommitStore
+    private var holding = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    let arrivals: AsyncStream<Void>
+    private let arrived: AsyncStream<Void>.Continuation
+
+    init() async {
+        inner = await GroupCommitStore.inMemory().0
+        (arrivals, arrived) = AsyncStream.makeStream(of: Void.self)
+    }
+
+    func hold() { holding = true }
+
+    func release() {
+        holding = false
+        for continuation in waiting { continuation.resume() }
+        waiting = []
+    }
+
+    func execute(_ batch: [ModelRequest]) async -> [ModelAnswer] {
+        if holding {
+            arrived.yield()
+            await withCheckedContinuation { waiting.append($0) }
+        }
+        return await inner.execute(batch)
+    }
+    func runConnections() async {}
+    func follow(
+        after: UInt64,
+        publish: @escaping @Sendable ([JournalEntry]) -> Void,
+        resynchronized: @escaping @Sendable (UInt64) -> Void
+    ) async {}
+    func close() async { await inner.close() }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct DrainTests {
+    /// Once a connection is told `draining`, a request it sends is refused (`unavailable`,
+    /// nothing applied) instead of committed: the drain closes the connection when the requests
+    /// already in flight are answered, and a later commit's answer could be lost with it, leaving
+    /// a write applied that its client was never told of. The request in flight when the drain
+    /// began is still answered.
+    @Test func aRequestAfterDrainingIsRefusedAndTheOneInFlightIsAnswered() async throws {
+        let store = await GatedStore()
+        var options = DaemonOptions()
+        options.storage = .memory
+        options.dataDirectory = temporaryDirectory()
+        options.listeners = ListenerConfiguration(tcp: .init(host: "127.0.0.1", port: 0))
+        options.environment = [:]
+        options.relay.drainTimeoutMs = 60_000
+        var logger = Logger(label: "todostreamd.test")
+        logger.logLevel = .critical
+        let daemon = try await Daemon.start(options, logger: logger, store: store)
+        let running = Task { try await daemon.run() }
+        let late = try await TestConnection.connect(port: daemon.tcpPort)
+        _ = try await late.json()
+        let made = try await late.createTodo("one")
+        let todo = try #require((made["payload"] as? [String: Any])?["todo"] as? [String: Any])
+        let toggle: (String) -> [String: Any] = { id in
+            ["type": "RequestToggleCompleteTodoViewModel", "id": id, "payload": ["todo": ["id": todo["id"] ?? ""]]]
+        }
+        let busy = try await TestConnection.connect(port: daemon.tcpPort)
+        _ = try await busy.json()
+        await store.hold()
+        try await busy.send(toggle("in flight"))
+        var arrivals = store.arrivals.makeAsyncIterator()
+        await arrivals.next()
+        let stopping = Task { await daemon.shutdown() }
+        _ = try await late.json { $0["op"] as? String == "draining" }
+        try await late.send(toggle("late"))
+        let (refused, _) = try await late.json { $0["re"] as? String == "late" }
+        #expect(errorCode(refused) == "unavailable", "\(refused)")
+        await store.release()
+        let (answered, _) = try await busy.json { $0["re"] as? String == "in flight" }
+        #expect(answered["seq"] as? Int == 2, "\(answered)")
+        await stopping.value
+        try await running.value
+        // The create and the toggle in flight; not the late one.
+        #expect(try await store.position().head == 2)
     }
 }
