@@ -28,6 +28,8 @@ final class SQLiteBackend: StorageBackend {
     private let checkpoints: NIOLockedValueBox<Checkpoints>
     /// The data directory's lock, given up at `close()`.
     private let directoryLock: DirectoryLock?
+    /// Where the database file was opened.
+    private let path: String
     /// Failed commits and checkpoints are logged the first time, then at most once per interval
     /// with a count (storage that fails, a full disk, fails every batch: hundreds a second).
     private let failureLogs = NIOLockedValueBox((commits: LogThrottle(), checkpoints: LogThrottle()))
@@ -71,9 +73,11 @@ final class SQLiteBackend: StorageBackend {
         checkpointer: SQLiteConnection,
         retention: JournalRetention,
         logger: Logger,
-        directoryLock: DirectoryLock?
+        directoryLock: DirectoryLock?,
+        path: String
     ) {
         self.directoryLock = directoryLock
+        self.path = path
         self.writer = writer
         self.checkpoints = NIOLockedValueBox(Checkpoints(pageBytes: writer.pageBytes))
         self.thread = thread
@@ -148,7 +152,8 @@ final class SQLiteBackend: StorageBackend {
                 checkpointer: checkpointer,
                 retention: retention,
                 logger: logger,
-                directoryLock: directoryLock
+                directoryLock: directoryLock,
+                path: path
             )
         } catch {
             // The futures, not the async calls: a start cancelled by a stop signal must still close them.
@@ -374,8 +379,26 @@ final class SQLiteBackend: StorageBackend {
                 logger.warning("rows not written at close", metadata: ["error": "\(error)"])
             }
         }
+        // A database file deleted or replaced while the daemon ran still holds every commit in
+        // the file the daemon has open: saved before anything else touches the WAL.
+        let moved = (try? await thread.perform { writer.databaseFileMoved() }) ?? false
+        let saved = moved ? await saveDatabaseWhoseFileIsGone() : false
+        if moved, !saved {
+            // The WAL is what is left of those commits: kept as it is.
+            _ = try? await thread.perform { writer.keepWALAtClose() }
+        }
         // What is left in the WAL goes into the database file now, not on the next start;
         // unless another process is reading the database: the stop does not wait for it.
+        if !moved { await checkpointAtClose() }
+        try? await checkpointer.close().get()
+        try? await reader.close().get()
+        _ = try? await thread.perform { writer.close() }
+        if moved { Self.setAsideTheWAL(of: path, saved: saved, logger: logger) }
+        directoryLock?.release()
+    }
+
+    /// Copies what is left in the WAL into the database file, and empties the WAL.
+    private func checkpointAtClose() async {
         do {
             let row = try await checkpointer.rows("PRAGMA wal_checkpoint(TRUNCATE)", []).first
             if row?.column("busy")?.integer == 1 {
@@ -386,10 +409,59 @@ final class SQLiteBackend: StorageBackend {
         } catch {
             logger.notice("WAL left for the next start", metadata: ["error": "\(String(reflecting: error))"])
         }
-        try? await checkpointer.close().get()
-        try? await reader.close().get()
-        _ = try? await thread.perform { writer.close() }
-        directoryLock?.release()
+    }
+}
+
+extension SQLiteBackend {
+    /// The WAL at `path` belongs to the database file that is gone: left there, the next start
+    /// would apply it to whatever file is there now. Removed once everything was saved; else
+    /// left where no file took the database's place (the start then refuses, and says why),
+    /// and moved aside where one did.
+    fileprivate static func setAsideTheWAL(of path: String, saved: Bool, logger: Logger) {
+        let files = FileManager.default
+        if saved {
+            for suffix in ["-wal", "-shm"] { try? files.removeItem(atPath: path + suffix) }
+        } else if files.fileExists(atPath: path) {
+            let aside = path + "-wal.of-a-replaced-file-\(Timestamp.now().millisecondsSince1970)"
+            try? files.moveItem(atPath: path + "-wal", toPath: aside)
+            try? files.removeItem(atPath: path + "-shm")
+            logger.critical("the write-ahead log of the replaced database file was moved to \(aside)")
+        }
+    }
+
+    /// The database file was deleted or replaced while the daemon ran (`databaseFileMoved`). Every
+    /// commit is still in the file the daemon has open and its WAL; the checkpoint at close
+    /// would copy them into that file and empty the WAL, and the only copy would go with the
+    /// process. So a complete copy is written first (`VACUUM INTO`, from the database as the
+    /// daemon sees it): put where the file was when nothing is there now (the next start then
+    /// finds everything), next to it when another file took its place (not overwritten: an
+    /// operator may have restored a backup there).
+    /// Returns whether it was saved.
+    fileprivate func saveDatabaseWhoseFileIsGone() async -> Bool {
+        let saving = path + ".saving"
+        let saved =
+            FileManager.default.fileExists(atPath: path)
+            ? path + ".saved-\(Timestamp.now().millisecondsSince1970)" : path
+        do {
+            try? FileManager.default.removeItem(atPath: saving)
+            try await checkpointer.exec("VACUUM INTO ?", [.text(saving)])
+            // Not over a file that appeared meanwhile.
+            guard saved != path || !FileManager.default.fileExists(atPath: path) else {
+                throw StoreError(message: "a file appeared at \(path) while the database was being saved")
+            }
+            try FileManager.default.moveItem(atPath: saving, toPath: saved)
+            logger.error(
+                "the database file was deleted or replaced while the daemon ran; every commit was saved to \(saved)",
+                metadata: ["path": "\(saved)"]
+            )
+            return true
+        } catch {
+            logger.critical(
+                "the database file was deleted or replaced while the daemon ran, and saving its commits failed; they are in the write-ahead log of a file no longer in the data directory",
+                metadata: ["error": "\(String(reflecting: error))"]
+            )
+            return false
+        }
     }
 }
 

@@ -348,6 +348,23 @@ final class SQLiteWriter: @unchecked Sendable {
     /// with its directory or alone, or replaced): SQLite would go on writing to the open file,
     /// and every write acknowledged from then on would be lost at the next start. One `fstat`
     /// and one `stat` (SQLite's `SQLITE_FCNTL_HAS_MOVED`).
+    /// Keeps the WAL's frames when the connection closes (no cut back to empty, no delete):
+    /// for a database file that is gone, they are the commits it held that are left.
+    func keepWALAtClose() {
+        guard let handle else { return }
+        _ = sqlite_nio_sqlite3_exec(handle, "PRAGMA journal_size_limit=-1", nil, nil, nil)
+        var persist: Int32 = 1
+        _ = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
+    }
+
+    /// Whether the database file is no longer where it was opened (deleted or replaced).
+    func databaseFileMoved() -> Bool {
+        guard handle != nil else { return false }
+        var moved: Int32 = 0
+        let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)
+        return result == SQLITE_OK && moved != 0
+    }
+
     private func checkNotMoved() throws {
         var moved: Int32 = 0
         let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import daemon_binary
-from helpers import LineClient, create_todo, http_get_text, new_detail, save_detail, wait_until
+from helpers import LineClient, create_todo, http_get_text, list_todos, new_detail, save_detail, wait_until
 
 
 @pytest.mark.parametrize("removed", ["todostream.sqlite", "todostream.sqlite-wal"])
@@ -70,6 +70,50 @@ def test_a_write_ahead_log_without_its_database_file_refuses_the_start(daemon):
     assert started.returncode == 1, started
     assert "is missing or empty but its write-ahead log" in started.stderr, started.stderr
     assert wal.stat().st_size > 0, "the log was left as it was"
+
+
+def test_a_database_file_deleted_under_the_daemon_is_saved_at_a_graceful_stop(daemon):
+    """Every commit is still in the file the daemon has open: a stop writes it back where it
+    was, and the next start has them all, in the same epoch. (The stop's checkpoint emptied the
+    log into the deleted file, and the next start began an empty store: every commit lost.)"""
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        hello = c.hello
+        for n in range(20):
+            create_todo(c, f"Kept {n}")
+    (daemon.data_dir / "todostream.sqlite").unlink()
+    daemon.restart()
+    with LineClient(daemon.tcp_port, name="reader") as c:
+        assert c.hello["epoch"] == hello["epoch"], (hello, c.hello)
+        assert c.hello["seq"] == 20, c.hello
+        assert sorted(t["todo"]["title"] for t in list_todos(c)) == sorted(f"Kept {n}" for n in range(20))
+        create_todo(c, "After")
+    assert "every commit was saved to" in daemon.log_text(), daemon.log_text()
+
+
+def test_a_database_file_replaced_under_the_daemon_is_left_alone_and_its_commits_saved_beside_it(daemon):
+    """A file put in the database's place (a backup restored) is not overwritten, and the log of
+    the file it replaced is not applied to it: the daemon's commits are saved beside it."""
+    with LineClient(daemon.tcp_port, name="writer") as c:
+        for n in range(5):
+            create_todo(c, f"Ours {n}")
+    path = daemon.data_dir / "todostream.sqlite"
+    path.unlink()
+    replacement = sqlite3.connect(path)
+    replacement.execute("CREATE TABLE theirs (x)")
+    replacement.commit()
+    replacement.close()
+    before = path.read_bytes()
+    daemon.stop()
+    assert path.read_bytes() == before, "the replacement was changed"
+    assert not (daemon.data_dir / "todostream.sqlite-wal").exists()
+    saved = list(daemon.data_dir.glob("todostream.sqlite.saved-*"))
+    assert len(saved) == 1, list(daemon.data_dir.iterdir())
+    # Each commit's journal entry holds its todo (its row follows later).
+    copy = sqlite3.connect(saved[0])
+    payloads = [str(row[0]) for row in copy.execute("SELECT payload FROM journal ORDER BY seq")]
+    copy.close()
+    assert len(payloads) == 5, payloads
+    assert all(f"Ours {n}" in payloads[n] for n in range(5)), payloads
 
 
 def test_health_and_metrics_answer_while_storage_is_stalled(daemon):
