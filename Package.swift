@@ -178,7 +178,11 @@ let package = Package(
         ),
         .testTarget(
             name: "TodostreamClientTests",
-            dependencies: ["TodostreamClient", "TodoApp"],
+            dependencies: [
+                "TodostreamClient", "TodoApp", "EventStream",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

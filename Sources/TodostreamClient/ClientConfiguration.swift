@@ -29,7 +29,9 @@ public struct ClientConfiguration: Sendable {
     public var requestTimeout: Duration
     /// Requests accepted and not yet answered (writes made while disconnected among them).
     public var outboxCapacity: Int
-    /// Events `events` holds for a slow reader; past it the reader gets `.reset`.
+    /// Events `events` holds for a slow reader; past it the reader gets `.reset`. Also the
+    /// broadcasts held while a resume catches up (a live one can come before the replay of
+    /// those it follows); past it they are given up with a `.reset` too.
     public var eventBufferCapacity: Int
     /// The longest frame accepted from the daemon.
     public var maxFrameBytes: Int

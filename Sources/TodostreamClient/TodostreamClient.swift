@@ -25,7 +25,7 @@ public actor TodostreamClient {
     private var logger: Logger
     private let eventSink: AsyncStream<ClientEvent>.Continuation
     private var eventsOverflowed = false
-    private var machine: ConnectionStateMachine
+    private var machine: ConnectionStateMachine<Event>
     private var outbox: Outbox
     private var answerOrder: AnswerOrder
     private var mutationIDs = MutationIDs()
@@ -61,7 +61,9 @@ public actor TodostreamClient {
             // On every transport: a token given with a WebSocket upgrade that the daemon does not
             // take leaves the session unauthenticated without a word (protocol §3); `auth` is
             // answered, granted again when the upgrade's token was taken.
-            authenticates: configuration.token != nil
+            authenticates: configuration.token != nil,
+            // Broadcasts held until a resume catches up are events on their way to `events`.
+            holdCapacity: configuration.eventBufferCapacity
         )
         self.outbox = Outbox(capacity: configuration.outboxCapacity)
         // The outbox's requests, and `auth` and `resume`.
@@ -300,15 +302,19 @@ public actor TodostreamClient {
             logger.debug("undecodable event", metadata: ["event.type": "\(type)", "error": "\(error.message)"])
             return
         }
-        if let seq = frame.seq, !machine.broadcast(seq: seq) { return }
         if let re = frame.re, let entry = pending[re], entry.expected == event.kind {
             pending[re] = nil
             outbox.remove(id: re)
             entry.timeout?.cancel()
             entry.continuation?.resume(returning: event)
         }
-        // A duplicate's payload is an old state, already delivered when it was first applied.
-        if frame.duplicate != true { emit(.event(event, seq: frame.seq)) }
+        if let seq = frame.seq {
+            // The machine passes each seq on once, in order (it may hold it for a while).
+            execute(machine.broadcast(seq: seq, payload: event))
+        } else if frame.duplicate != true {
+            // A duplicate's payload is an old state, already delivered when it was first applied.
+            emit(.event(event, seq: nil))
+        }
     }
 
     private func control(_ op: String, _ frame: IncomingFrame) {
@@ -393,19 +399,26 @@ public actor TodostreamClient {
         close()
     }
 
-    private func execute(_ action: ConnectionStateMachine.Action) {
+    private func execute(_ action: ConnectionStateMachine<Event>.Action) {
         switch action {
         case .sendAuth:
             if let token = configuration.token { write(OutgoingFrame.auth(token: token), id: "auth") }
         case .sendResume(let epoch, let after):
             write(OutgoingFrame.resume(epoch: epoch, after: after), id: "resume")
-        case .ready(let resumed, let reset):
-            if let reset { emit(.reset(seq: reset)) }
+        case .ready(let resumed, let reset, let broadcasts):
+            deliver(reset: reset, broadcasts)
             emit(.connected(resumed: resumed))
             for entry in outbox.connectionReady() { write(entry.frame, id: entry.id) }
+        case .deliver(let reset, let broadcasts):
+            deliver(reset: reset, broadcasts)
         case .none, .connect, .wait, .stop:
             break
         }
+    }
+
+    private func deliver(reset: UInt64?, _ broadcasts: [ConnectionStateMachine<Event>.Broadcast]) {
+        if let reset { emit(.reset(seq: reset)) }
+        for broadcast in broadcasts { emit(.event(broadcast.payload, seq: broadcast.seq)) }
     }
 
     private func emit(_ event: ClientEvent) {

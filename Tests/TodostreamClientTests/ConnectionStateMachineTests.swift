@@ -2,26 +2,41 @@ import Testing
 
 @testable import TodostreamClient
 
+/// The machine with the seq as each broadcast's payload.
+typealias Machine = ConnectionStateMachine<UInt64>
+
+/// The seqs an action passes on, in order.
+func delivered(_ action: Machine.Action) -> [UInt64] {
+    switch action {
+    case .deliver(_, let broadcasts), .ready(_, _, let broadcasts): return broadcasts.map(\.seq)
+    default: return []
+    }
+}
+
+extension Machine {
+    mutating func broadcast(_ seq: UInt64) -> Action { broadcast(seq: seq, payload: seq) }
+}
+
 @Suite struct ConnectionStateMachineTests {
     let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(2))
 
     @Test func firstConnectionStartsTheStreamAtTheGreeting() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         check(machine.start(), .connect)
         check(machine.connected(), .none)
-        check(machine.hello(epoch: "e1", seq: 40), .ready(resumed: false, reset: nil))
+        check(machine.hello(epoch: "e1", seq: 40), .ready(resumed: false, reset: nil, deliver: []))
         #expect(machine.isReady)
         #expect(machine.epoch == "e1")
         #expect(machine.lastSeq == 40)
     }
 
     @Test func reconnectResumesAfterTheLastSeqSeen() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()
         _ = machine.connected()
         _ = machine.hello(epoch: "e1", seq: 40)
-        check(machine.broadcast(seq: 41), true)
-        check(machine.broadcast(seq: 42), true)
+        check(delivered(machine.broadcast(41)), [41])
+        check(delivered(machine.broadcast(42)), [42])
         guard case .wait(let delay) = machine.disconnected(random: 0) else {
             Issue.record("expected a wait")
             return
@@ -32,14 +47,41 @@ import Testing
         check(machine.hello(epoch: "e1", seq: 45), .sendResume(epoch: "e1", after: 42))
         #expect(!machine.isReady)
         // Replayed broadcasts move the position; one seen already is dropped.
-        check(machine.broadcast(seq: 43), true)
-        check(machine.broadcast(seq: 43), false)
-        check(machine.resumed(), .ready(resumed: true, reset: nil))
+        check(delivered(machine.broadcast(43)), [43])
+        check(machine.broadcast(43), .none)
+        check(machine.resumed(), .ready(resumed: true, reset: nil, deliver: []))
         #expect(machine.lastSeq == 43)
     }
 
-    @Test func aLiveBroadcastBeforeTheReplayDropsNothing() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: true)
+    /// A session subscribed before `authenticated` (a WebSocket whose upgrade token was taken,
+    /// a monitor token on TCP) gets live broadcasts then: they must not move the point the
+    /// resume starts after, and the replay skips them (protocol §5), so they are held and
+    /// passed on after the ones they follow.
+    @Test func aLiveBroadcastBeforeAuthenticationDoesNotMoveTheResumePoint() {
+        var machine = Machine(backoff: backoff, authenticates: true)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 57)
+        check(machine.authenticated(), .ready(resumed: false, reset: nil, deliver: []))
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        check(machine.hello(epoch: "e", seq: 60), .sendAuth)
+        check(machine.broadcast(61), .none)
+        check(machine.authenticated(), .sendResume(epoch: "e", after: 57))
+        check(delivered(machine.broadcast(58)), [58])
+        check(delivered(machine.broadcast(59)), [59])
+        check(delivered(machine.broadcast(60)), [60, 61])
+        check(machine.resumed(), .ready(resumed: true, reset: nil, deliver: []))
+        check(machine.lastSeq, 61)
+        check(machine.broadcast(61), .none)
+        check(delivered(machine.broadcast(62)), [62])
+    }
+
+    /// Each seq is passed on once across reconnects, a connection lost mid-replay included.
+    @Test func aLiveBroadcastBeforeTheReplayIsPassedOnOnceAfterIt() {
+        var machine = Machine(backoff: backoff, authenticates: true)
+        var passedOn: [UInt64] = []
         _ = machine.start()
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 10)
@@ -49,30 +91,69 @@ import Testing
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 14)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 10))
-        // 15 slips in live before the replay of 11...14; all of them are passed on.
-        check(machine.broadcast(seq: 15), true)
-        check(machine.broadcast(seq: 11), true)
-        check(machine.broadcast(seq: 12), true)
+        // 15 slips in live before the replay of 11...14: held until 14 has come.
+        check(machine.broadcast(15), .none)
+        passedOn += delivered(machine.broadcast(11))
+        passedOn += delivered(machine.broadcast(12))
+        check(passedOn, [11, 12])
         check(machine.lastSeq, 12)
-        // Lost mid-replay: the next resume starts after the unbroken run.
+        // Lost mid-replay: the next resume starts after the unbroken run, and what was held
+        // comes again with the replay.
         _ = machine.disconnected(random: 0)
         _ = machine.waited()
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 15)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 12))
-        check(machine.broadcast(seq: 12), false)
-        check(machine.broadcast(seq: 13), true)
-        check(machine.broadcast(seq: 16), true)
-        check(machine.broadcast(seq: 14), true)
-        check(machine.broadcast(seq: 15), true)
-        check(machine.resumed(), .ready(resumed: true, reset: nil))
+        check(machine.broadcast(12), .none)
+        passedOn += delivered(machine.broadcast(13))
+        check(machine.broadcast(16), .none)
+        passedOn += delivered(machine.broadcast(14))
+        passedOn += delivered(machine.broadcast(15))
+        passedOn += delivered(machine.resumed())
         check(machine.lastSeq, 16)
-        check(machine.broadcast(seq: 16), false)
-        check(machine.broadcast(seq: 17), true)
+        check(machine.broadcast(16), .none)
+        passedOn += delivered(machine.broadcast(17))
+        check(passedOn, [11, 12, 13, 14, 15, 16, 17])
+    }
+
+    /// What is still held when the resume is answered goes then, in seq order.
+    @Test func theResumeAnswerReleasesWhatIsHeld() {
+        var machine = Machine(backoff: backoff, authenticates: false)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 10)
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 10)
+        check(machine.broadcast(13), .none)
+        check(machine.broadcast(12), .none)
+        check(machine.broadcast(12), .none)
+        check(delivered(machine.resumed()), [12, 13])
+        check(machine.lastSeq, 13)
+    }
+
+    /// Past `holdCapacity` the held broadcasts are given up like a gap, never silently.
+    @Test func overflowingTheHoldIsAReset() {
+        var machine = Machine(backoff: backoff, authenticates: false, holdCapacity: 2)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 10)
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        check(machine.hello(epoch: "e", seq: 10), .sendResume(epoch: "e", after: 10))
+        check(machine.broadcast(21), .none)
+        check(machine.broadcast(20), .none)
+        check(machine.broadcast(22), .deliver(reset: 22, []))
+        check(machine.heldCount, 0)
+        check(machine.broadcast(11), .none)
+        check(machine.resumed(), .ready(resumed: true, reset: nil, deliver: []))
+        check(delivered(machine.broadcast(23)), [23])
     }
 
     @Test func gapAnsweringAResumeIsAReset() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()
         _ = machine.connected()
         _ = machine.hello(epoch: "e1", seq: 5)
@@ -80,16 +161,21 @@ import Testing
         _ = machine.waited()
         _ = machine.connected()
         check(machine.hello(epoch: "e2", seq: 9), .sendResume(epoch: "e1", after: 5))
-        check(machine.gap(epoch: "e2", seq: 9), .ready(resumed: true, reset: 9))
+        // A live broadcast after the gap's seq is passed on after the reset.
+        check(machine.broadcast(10), .none)
+        check(
+            machine.gap(epoch: "e2", seq: 9),
+            .ready(resumed: true, reset: 9, deliver: [Machine.Broadcast(seq: 10, payload: 10)])
+        )
         #expect(machine.epoch == "e2")
-        #expect(machine.lastSeq == 9)
+        #expect(machine.lastSeq == 10)
         // A live gap (several daemons) resets too, and keeps the connection ready.
-        check(machine.gap(epoch: "e2", seq: 20), .ready(resumed: true, reset: 20))
+        check(machine.gap(epoch: "e2", seq: 20), .ready(resumed: true, reset: 20, deliver: []))
         #expect(machine.isReady)
     }
 
     @Test func backoffGrowsWhileConnectsFailAndResetsOnceReady() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()
         var delays: [Duration] = []
         for _ in 0..<7 {
@@ -109,7 +195,7 @@ import Testing
     }
 
     @Test func drainingSetsTheNextWaitOnce() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 0)
@@ -121,12 +207,12 @@ import Testing
     }
 
     @Test func authenticationComesBeforeResume() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: true)
+        var machine = Machine(backoff: backoff, authenticates: true)
         _ = machine.start()
         _ = machine.connected()
         check(machine.hello(epoch: "e", seq: 3), .sendAuth)
         #expect(!machine.isReady)
-        check(machine.authenticated(), .ready(resumed: false, reset: nil))
+        check(machine.authenticated(), .ready(resumed: false, reset: nil, deliver: []))
         _ = machine.disconnected(random: 0)
         _ = machine.waited()
         _ = machine.connected()
@@ -135,7 +221,7 @@ import Testing
     }
 
     @Test func closeStopsEverything() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()
         check(machine.close(), .stop)
         check(machine.close(), .none)
@@ -145,7 +231,7 @@ import Testing
     }
 
     @Test func outOfOrderInputsAreIgnored() {
-        var machine = ConnectionStateMachine(backoff: backoff, authenticates: false)
+        var machine = Machine(backoff: backoff, authenticates: false)
         check(machine.hello(epoch: "e", seq: 1), .none)
         check(machine.resumed(), .none)
         check(machine.waited(), .none)

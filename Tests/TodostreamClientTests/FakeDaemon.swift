@@ -1,0 +1,162 @@
+import EventStream
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+import TodoApp
+
+@testable import TodostreamClient
+
+/// A daemon played by the test over real sockets (NDJSON on 127.0.0.1, port 0): the test
+/// accepts each connection and says what is sent on it, and reads what the client sends.
+struct FakeDaemon {
+    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
+
+    struct Closed: Error {}
+
+    let port: Int
+    private var connections: NIOAsyncChannelInboundStream<Connection>.AsyncIterator
+
+    /// Runs `body` with a listening daemon; it stops listening when `body` returns.
+    static func with(_ body: (inout FakeDaemon) async throws -> Void) async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: "127.0.0.1", port: 0) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: 1 << 26)))
+                    try pipeline.addHandler(LineFrameEncoder())
+                    return try Connection(wrappingChannelSynchronously: channel)
+                }
+            }
+        let port = try #require(server.channel.localAddress?.port)
+        try await server.executeThenClose { inbound in
+            var daemon = FakeDaemon(port: port, connections: inbound.makeAsyncIterator())
+            try await body(&daemon)
+        }
+    }
+
+    /// The client's next connection, for as long as `body` runs; then it is closed.
+    mutating func accept<T>(_ body: (inout Peer) async throws -> T) async throws -> T {
+        guard let connection = try await connections.next() else { throw Closed() }
+        return try await connection.executeThenClose { inbound, outbound in
+            var peer = Peer(lines: inbound.makeAsyncIterator(), outbound: outbound)
+            return try await body(&peer)
+        }
+    }
+
+    /// One connection of the client.
+    struct Peer {
+        var lines: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
+        let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+
+        func send(_ line: String) async throws {
+            try await outbound.write(ByteBuffer(string: line))
+        }
+
+        func hello(epoch: String = "e", seq: UInt64) async throws {
+            try await send(
+                #"{"op":"hello","protocol":1,"server":"fake","session":"s","epoch":"\#(epoch)","seq":\#(seq),"#
+                    + #""auth":"none","subscriptions":["Response*"],"features":["mid"]}"#
+            )
+        }
+
+        /// A broadcast of a todo titled `"todo <seq>"`, as the daemon writes one.
+        func broadcast(seq: UInt64, re: String? = nil) async throws {
+            try await send(broadcastFrame(seq: seq, re: re))
+        }
+
+        /// The next frame from the client.
+        mutating func receive() async throws -> ClientFrame {
+            guard let buffer = try await lines.next() else { throw Closed() }
+            return try JSONDecoder().decode(ClientFrame.self, from: Data(buffer.readableBytesView))
+        }
+
+        /// Reads frames until the client closes the connection.
+        mutating func untilClosed() async throws {
+            while try await lines.next() != nil {}
+        }
+    }
+}
+
+/// What a test reads of a client's frame.
+struct ClientFrame: Decodable, Sendable, Hashable {
+    let op: String?
+    let type: String?
+    let id: String?
+    let mid: String?
+    let epoch: String?
+    let after: UInt64?
+    let token: String?
+}
+
+/// A `ResponseTodoViewModel` broadcast of a todo titled `"todo <seq>"`.
+func broadcastFrame(seq: UInt64, re: String? = nil) -> String {
+    let todo = Todo(
+        id: UUID(),
+        createdAt: Timestamp(millisecondsSince1970: 1_000),
+        title: "todo \(seq)",
+        subtitle: "",
+        priority: .normal,
+        completedAt: nil,
+        version: 1
+    )
+    var writer = JSONWriter()
+    writer.beginObject()
+    writer.field("seq", seq)
+    writer.field("type", "ResponseTodoViewModel")
+    if let re { writer.field("re", re) }
+    writer.key("payload")
+    writer.raw(
+        TodoWireCodec().encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: todo)))).payloadBytes ?? []
+    )
+    writer.endObject()
+    return String(decoding: writer.bytes, as: UTF8.self)
+}
+
+/// A configuration for a client of a `FakeDaemon`: quick reconnects.
+func fakeConfiguration(port: Int, token: String? = nil) throws -> ClientConfiguration {
+    ClientConfiguration(
+        endpoint: ClientEndpoint(transport: .tcp, host: "127.0.0.1", port: port),
+        token: token,
+        backoff: Backoff(initial: .milliseconds(1), maximum: .milliseconds(5)),
+        connectTimeout: .seconds(5),
+        requestTimeout: .seconds(30)
+    )
+}
+
+/// Runs a client for the duration of `body`, which reads its events; closes it after.
+func withClient(
+    _ configuration: ClientConfiguration,
+    _ body: (TodostreamClient, inout AsyncStream<ClientEvent>.Iterator) async throws -> Void
+) async throws {
+    let client = try TodostreamClient(configuration)
+    var events = client.events.makeAsyncIterator()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await client.run() }
+        do {
+            try await body(client, &events)
+        } catch {
+            await client.close()
+            throw error
+        }
+        await client.close()
+        try await group.waitForAll()
+    }
+}
+
+extension AsyncStream<ClientEvent>.Iterator {
+    /// The seqs of the broadcasts passed on before the next event that is not one.
+    mutating func broadcastSeqs(until last: inout ClientEvent?) async -> [UInt64] {
+        var seqs: [UInt64] = []
+        while let event = await next() {
+            guard case .event(_, let seq?) = event else {
+                last = event
+                return seqs
+            }
+            seqs.append(seq)
+        }
+        last = nil
+        return seqs
+    }
+}
