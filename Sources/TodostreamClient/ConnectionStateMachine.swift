@@ -182,19 +182,26 @@ struct ConnectionStateMachine<Payload: Sendable & Hashable>: Sendable {
         return .ready(resumed: true, reset: nil, deliver: releaseHeld())
     }
 
-    /// `gap`: broadcasts up to `seq` of `epoch` are lost to this client. As an answer to
-    /// `resume` the connection becomes ready; on a live connection it only moves the position.
-    mutating func gap(epoch: String, seq: UInt64) -> Action {
+    /// `gap`: broadcasts up to `seq` of `epoch` are lost to this client. As the answer to
+    /// `resume` (`answersResume`) the connection becomes ready, after a reset. A live one (the
+    /// daemon's loop skipped broadcasts it cannot have, with several daemons sharing the
+    /// database) is a reset, nothing more: the connection stays as it is, and what was sent on
+    /// it is still in flight. On a first connection still authenticating it moves the position
+    /// the stream starts at: `connected(resumed: false)` tells the caller to fetch the list.
+    mutating func gap(epoch: String, seq: UInt64, answersResume: Bool) -> Action {
         switch state {
-        case .resuming:
+        case .resuming where answersResume:
             guard case .deliver(let reset, var deliver) = lost(epoch: epoch, through: seq) else { return .none }
             state = .ready
             deliver += releaseHeld()
             return .ready(resumed: true, reset: reset, deliver: deliver)
-        case .ready:
-            position = Position(epoch: epoch, seq: seq)
-            return .ready(resumed: true, reset: seq, deliver: [])
-        default:
+        case .authenticating(let attempt, let greeting) where position == nil:
+            let seq = greeting.epoch == epoch ? max(greeting.seq, seq) : seq
+            state = .authenticating(attempt: attempt, greeting: Position(epoch: epoch, seq: seq))
+            return .none
+        case .ready, .resuming, .authenticating:
+            return lost(epoch: epoch, through: seq)
+        case .idle, .connecting, .greeting, .waiting, .closed:
             return .none
         }
     }

@@ -328,7 +328,7 @@ public actor TodostreamClient {
             execute(machine.resumed())
         case "gap":
             guard let epoch = frame.epoch, let seq = frame.seq else { return }
-            execute(machine.gap(epoch: epoch, seq: seq))
+            execute(machine.gap(epoch: epoch, seq: seq, answersResume: frame.re == "resume"))
         case "draining":
             if let milliseconds = frame.reconnectAfterMilliseconds {
                 machine.draining(reconnectAfterMilliseconds: milliseconds)

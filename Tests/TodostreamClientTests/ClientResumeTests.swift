@@ -76,4 +76,34 @@ import Testing
             }
         }
     }
+
+    /// A live `gap` (several daemons sharing the database) is a `.reset` only: the requests
+    /// in flight on the connection are not sent again, and no `connected` comes.
+    @Test(.timeLimit(.minutes(1)))
+    func aLiveGapIsAResetOnly() async throws {
+        try await FakeDaemon.with { daemon in
+            try await withClient(try fakeConfiguration(port: daemon.port)) { client, events in
+                try await daemon.accept { peer in
+                    try await peer.hello(seq: 10)
+                    #expect(await events.next() == .connected(resumed: false))
+                    try await client.send(.requestTodoViewModels)
+                    #expect(try await peer.receive().id == "c1")
+                    try await peer.send(#"{"op":"gap","epoch":"e","seq":20}"#)
+                    #expect(await events.next() == .reset(seq: 20))
+                    try await client.send(.requestTodoViewModels)
+                    // c1, still in flight, was not sent again.
+                    #expect(try await peer.receive().id == "c2")
+                    try await peer.send(#"{"type":"ResponseTodoViewModels","re":"c1","payload":[]}"#)
+                    #expect(await events.next() == .event(.responseTodoViewModels(.success([])), seq: nil))
+                    #expect(await client.outboxCount == 1)
+                    try await peer.broadcast(seq: 21)
+                    guard case .event(_, let seq) = await events.next() else {
+                        Issue.record("the broadcast after the gap was not passed on")
+                        return
+                    }
+                    #expect(seq == 21)
+                }
+            }
+        }
+    }
 }

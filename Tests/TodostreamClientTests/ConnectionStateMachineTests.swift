@@ -164,14 +164,41 @@ extension Machine {
         // A live broadcast after the gap's seq is passed on after the reset.
         check(machine.broadcast(10), .none)
         check(
-            machine.gap(epoch: "e2", seq: 9),
+            machine.gap(epoch: "e2", seq: 9, answersResume: true),
             .ready(resumed: true, reset: 9, deliver: [Machine.Broadcast(seq: 10, payload: 10)])
         )
         #expect(machine.epoch == "e2")
         #expect(machine.lastSeq == 10)
-        // A live gap (several daemons) resets too, and keeps the connection ready.
-        check(machine.gap(epoch: "e2", seq: 20), .ready(resumed: true, reset: 20, deliver: []))
+    }
+
+    /// A live gap (several daemons sharing the database) is a reset and nothing more: the
+    /// connection is not made ready again (which would send the outbox again), whatever the
+    /// state it comes in.
+    @Test func aLiveGapIsAResetOnly() {
+        var machine = Machine(backoff: backoff, authenticates: true)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 5)
+        // On a first connection, authenticating: where the stream starts moves.
+        check(machine.gap(epoch: "e", seq: 8, answersResume: false), .none)
+        check(machine.authenticated(), .ready(resumed: false, reset: nil, deliver: []))
+        check(machine.lastSeq, 8)
+        // Ready: a reset, and the connection stays ready.
+        check(machine.gap(epoch: "e", seq: 20, answersResume: false), .deliver(reset: 20, []))
         #expect(machine.isReady)
+        check(machine.lastSeq, 20)
+        // Authenticating on a later connection: the resume starts after the gap.
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 30)
+        check(machine.gap(epoch: "e", seq: 25, answersResume: false), .deliver(reset: 25, []))
+        check(machine.authenticated(), .sendResume(epoch: "e", after: 25))
+        // Resuming: a reset, and the resume goes on; its answer makes the connection ready.
+        check(machine.gap(epoch: "e", seq: 28, answersResume: false), .deliver(reset: 28, []))
+        #expect(!machine.isReady)
+        check(delivered(machine.broadcast(29)), [29])
+        check(machine.resumed(), .ready(resumed: true, reset: nil, deliver: []))
     }
 
     @Test func backoffGrowsWhileConnectsFailAndResetsOnceReady() {
