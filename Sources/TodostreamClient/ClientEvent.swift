@@ -18,4 +18,9 @@ public enum ClientEvent: Sendable, Hashable {
     /// words: refused, the certificate not trusted, no TLS there, …); the client tries again by
     /// itself, after its backoff.
     case unreachable(reason: String)
+    /// A request sent with `send` or `request` failed without a response event: the daemon
+    /// refused its frame (`{"op":"error"}`: `error.code` is `rejected`, `error.serverCode`
+    /// the daemon's code, e.g. `rate_limited`). `id` is the one `send` returned; nothing more
+    /// comes for it. (`request` also throws the same error.)
+    case requestFailed(id: String, error: ClientError)
 }

@@ -168,10 +168,13 @@ public actor TodostreamClient {
 
     // MARK: - Sending
 
-    /// Publishes a view-layer request without waiting for its answer (which still arrives on
-    /// `events`). Writes go through the outbox like `request`'s.
-    public func send(_ event: Event) throws(ClientError) {
-        _ = try enqueue(event)
+    /// Publishes a view-layer request without waiting for its answer, and returns its id.
+    /// The answer still arrives on `events`: the response event, or `.requestFailed` with
+    /// this id when the daemon refuses the frame. Writes go through the outbox like
+    /// `request`'s.
+    @discardableResult
+    public func send(_ event: Event) throws(ClientError) -> String {
+        try enqueue(event).id
     }
 
     /// Publishes a view-layer request and returns its answer: the response event (which may
@@ -377,12 +380,14 @@ public actor TodostreamClient {
         }
     }
 
-    /// The request `re` is done: it fails with `error`.
+    /// The request `re` is done: it fails with `error`, which `events` says too (a request
+    /// made with `send` has no other way to tell it).
     private func fail(_ re: String, _ error: ClientError) {
         outbox.remove(id: re)
         guard let entry = pending.removeValue(forKey: re) else { return }
         entry.timeout?.cancel()
         entry.continuation?.resume(throwing: error)
+        emit(.requestFailed(id: re, error: error))
     }
 
     /// The daemon refused this client (its token): everything waiting fails with `error`, and

@@ -26,7 +26,7 @@ actor EventLog {
             for await event in client.events {
                 switch event {
                 case .connected(resumed: false), .reset:
-                    try? await client.send(.requestTodoViewModels)
+                    _ = try? await client.send(.requestTodoViewModels)
                 default:
                     break
                 }
