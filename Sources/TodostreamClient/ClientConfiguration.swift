@@ -33,7 +33,10 @@ public struct ClientConfiguration: Sendable {
     /// broadcasts held while a resume catches up (a live one can come before the replay of
     /// those it follows); past it they are given up with a `.reset` too.
     public var eventBufferCapacity: Int
-    /// The longest frame accepted from the daemon.
+    /// The longest frame accepted from the daemon. A longer one is not read: the request it
+    /// answers fails (`responseTooLarge`), a broadcast is given up like a gap
+    /// (`.frameTooLarge`, then `.reset`). Over NDJSON it is skipped up to its newline and the
+    /// connection goes on; over WebSocket it closes the connection (1009).
     public var maxFrameBytes: Int
     /// The frame limit assumed for the daemon (its `limits.max_frame_bytes`, which the greeting
     /// does not tell; 65536 by default): a request longer than this is refused here, unsent

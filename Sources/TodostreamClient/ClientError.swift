@@ -20,6 +20,8 @@ public struct ClientError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The request is over `maxRequestBytes` (the frame limit assumed for the daemon); it
         /// was not sent.
         public static let requestTooLarge = Code("request_too_large")
+        /// The answer to the request was over `maxFrameBytes`: it was not read.
+        public static let responseTooLarge = Code("response_too_large")
         /// The daemon sent something this client cannot read.
         public static let protocolViolation = Code("protocol_violation")
         /// The daemon refused the token.

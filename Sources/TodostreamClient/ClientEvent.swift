@@ -20,7 +20,13 @@ public enum ClientEvent: Sendable, Hashable {
     case unreachable(reason: String)
     /// A request sent with `send` or `request` failed without a response event: the daemon
     /// refused its frame (`{"op":"error"}`: `error.code` is `rejected`, `error.serverCode`
-    /// the daemon's code, e.g. `rate_limited`). `id` is the one `send` returned; nothing more
-    /// comes for it. (`request` also throws the same error.)
+    /// the daemon's code, e.g. `rate_limited`), or its answer was over `maxFrameBytes`
+    /// (`responseTooLarge`). `id` is the one `send` returned; nothing more comes for it.
+    /// (`request` also throws the same error.)
     case requestFailed(id: String, error: ClientError)
+    /// A broadcast over `maxFrameBytes` was not read (`seq` when it could be told): broadcasts
+    /// were missed, and a `.reset` follows. Over WebSocket such a message ends the connection
+    /// unread; it is taken for a broadcast when no request was waiting for an answer on the
+    /// connection, and the next connection starts a new stream (`connected(resumed: false)`).
+    case frameTooLarge(seq: UInt64?)
 }

@@ -206,6 +206,30 @@ struct ConnectionStateMachine<Payload: Sendable & Hashable>: Sendable {
         }
     }
 
+    /// A broadcast could not be read (over the frame limit): it is given up like a gap at
+    /// its `seq`, or, not knowing it, the caller refetches from the position.
+    mutating func unreadable(seq: UInt64?) -> Action {
+        switch state {
+        case .authenticating(let attempt, var greeting) where position == nil:
+            greeting.seq = max(greeting.seq, seq ?? 0)
+            state = .authenticating(attempt: attempt, greeting: greeting)
+            return .none
+        case .ready, .resuming, .authenticating:
+            guard let position else { return .none }
+            guard let seq else { return .deliver(reset: position.seq, []) }
+            return lost(epoch: position.epoch, through: seq)
+        case .idle, .connecting, .greeting, .waiting, .closed:
+            return .none
+        }
+    }
+
+    /// The stream cannot be resumed where it stands (a broadcast that was never read would
+    /// be replayed again): the next connection starts a new one.
+    mutating func forgetPosition() {
+        position = nil
+        held.removeAll()
+    }
+
     /// `{"op":"draining","reconnect_after_ms":N}`: the next reconnect waits N ms.
     mutating func draining(reconnectAfterMilliseconds milliseconds: Int) {
         reconnectHint = .milliseconds(max(0, milliseconds))

@@ -7,7 +7,7 @@ import NIOWebSocket
 /// Opens one connection to the daemon and returns it as a channel of frames: one buffer per
 /// JSON object each way, whatever the transport.
 struct Connector: Sendable {
-    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
+    typealias Connection = NIOAsyncChannel<InboundFrame, ByteBuffer>
 
     let configuration: ClientConfiguration
     let group: any EventLoopGroup
@@ -99,6 +99,9 @@ struct Connector: Sendable {
                 }
                 let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeResult>(
                     maxFrameSize: maxFrameBytes,
+                    // WebSocketMessages answers protocol errors, once the reader has been told
+                    // why the connection ends (NIO's handler closes it before passing the error on).
+                    enableAutomaticErrorHandling: false,
                     upgradePipelineHandler: { channel, _ in
                         channel.eventLoop.makeCompletedFuture {
                             try channel.pipeline.syncOperations.addHandler(

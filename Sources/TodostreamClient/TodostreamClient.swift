@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import NIOWebSocket
 import TodoApp
 
 /// A client of todostreamd: the seed's `eventsSignal` (`events`) and `eventsObserver`
@@ -134,8 +135,13 @@ public actor TodostreamClient {
         do {
             try await withTaskCancellationHandler {
                 try await connection.executeThenClose { inbound, _ in
-                    for try await buffer in inbound {
-                        self.received(Array(buffer.readableBytesView))
+                    for try await frame in inbound {
+                        switch frame {
+                        case .frame(let buffer):
+                            self.received(Array(buffer.readableBytesView))
+                        case .tooLarge(let head, let length):
+                            self.receivedTooLarge(FrameHead(head.readableBytesView), length: length)
+                        }
                     }
                 }
             } onCancel: {
@@ -143,6 +149,7 @@ public actor TodostreamClient {
             }
         } catch {
             logger.debug("connection lost", metadata: ["error": "\(error)"])
+            if let error = error as? NIOWebSocketError, error == .invalidFrameLength { lostToMessageTooLarge() }
             if !machine.isReady { failedToConnect(error) }
         }
         channel = nil
@@ -318,6 +325,57 @@ public actor TodostreamClient {
             // A duplicate's payload is an old state, already delivered when it was first applied.
             emit(.event(event, seq: nil))
         }
+    }
+
+    /// A frame over `maxFrameBytes` was skipped unread (NDJSON: the daemon's lines stay
+    /// delimited, the connection goes on). What its head tells: the request it answers fails,
+    /// a broadcast is given up like a gap; one that cannot be told is taken for a broadcast.
+    private func receivedTooLarge(_ head: FrameHead, length: Int) {
+        logger.warning(
+            "a frame over maxFrameBytes was skipped",
+            metadata: ["frame.bytes": "\(length)", "max_frame_bytes": "\(configuration.maxFrameBytes)"]
+        )
+        if let re = head.re {
+            answerOrder.answered(re)
+            fail(
+                re,
+                ClientError(
+                    .responseTooLarge,
+                    "The answer is \(length) bytes, over maxFrameBytes (\(configuration.maxFrameBytes) bytes); it "
+                        + "was not read."
+                )
+            )
+        }
+        guard head.seq != nil || head.re == nil else { return }
+        emit(.frameTooLarge(seq: head.seq))
+        execute(machine.unreadable(seq: head.seq))
+    }
+
+    /// Over WebSocket a message over `maxFrameBytes` is not read at all (NIO's frame decoder
+    /// holds a frame whole): the connection closed (1009) without telling what it was, and
+    /// it is told by order. The daemon answers in order, so a reply answers the oldest
+    /// request not answered on the connection: that one fails (it would fail again on every
+    /// connection). With none, it was a broadcast: the next connection starts a new stream,
+    /// instead of resuming into the same broadcast again. (Broadcasts are one todo each, far
+    /// under the default limit; the list is the answer that grows.)
+    private func lostToMessageTooLarge() {
+        logger.warning(
+            "a WebSocket message over maxFrameBytes closed the connection",
+            metadata: ["max_frame_bytes": "\(configuration.maxFrameBytes)"]
+        )
+        if let id = answerOrder.answeredWithoutID(), pending[id] != nil {
+            fail(
+                id,
+                ClientError(
+                    .responseTooLarge,
+                    "A message from the daemon over maxFrameBytes (\(configuration.maxFrameBytes) bytes) closed the "
+                        + "connection; this request was the oldest waiting for its answer on it."
+                )
+            )
+            return
+        }
+        emit(.frameTooLarge(seq: nil))
+        machine.forgetPosition()
     }
 
     private func control(_ op: String, _ frame: IncomingFrame) {

@@ -1,17 +1,28 @@
 import NIOCore
 import NIOWebSocket
 
-/// Frames over WebSocket: each text message in is one buffer (fragments reassembled up to
-/// `maxMessageBytes`), each buffer out one text message, **masked** as RFC 6455 requires of a
-/// client. Pings are answered; a close is echoed and the connection closed.
+/// Frames over WebSocket: each text message in is one frame (fragments reassembled up to
+/// `maxMessageBytes`; a fragmented message over it is dropped as its fragments come and
+/// reported `.tooLarge`), each buffer out one text message, **masked** as RFC 6455 requires
+/// of a client. Pings are answered; a close is echoed and the connection closed. (A single
+/// frame over the limit never gets here: NIO's frame decoder, which holds a frame whole, closes
+/// the connection with 1009, as told in `errorCaught`.)
 final class WebSocketMessages: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
-    typealias InboundOut = ByteBuffer
+    typealias InboundOut = InboundFrame
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = WebSocketFrame
 
+    private enum Message {
+        case none
+        /// The fragments of a message so far.
+        case collecting(ByteBuffer)
+        /// A fragmented message over the limit: its head and its length so far.
+        case skipping(head: ByteBuffer, length: Int)
+    }
+
     private let maxMessageBytes: Int
-    private var fragments: ByteBuffer?
+    private var message = Message.none
     private var closing = false
 
     init(maxMessageBytes: Int) {
@@ -23,26 +34,37 @@ final class WebSocketMessages: ChannelDuplexHandler {
         switch frame.opcode {
         case .text, .continuation:
             var data = frame.unmaskedData
-            if frame.opcode == .continuation || !frame.fin || fragments != nil {
-                var collected = fragments ?? context.channel.allocator.buffer(capacity: data.readableBytes)
+            switch message {
+            case .none where frame.fin:
+                break
+            case .none:
+                message = .collecting(data)
+                return
+            case .collecting(var collected):
+                message = .none  // so that `collected` is the only reference and grows in place
                 collected.writeBuffer(&data)
                 guard collected.readableBytes <= maxMessageBytes else {
-                    close(context: context, code: .messageTooLarge)
-                    return
+                    let head = ByteBuffer(bytes: collected.readableBytesView.prefix(InboundFrame.headBytes))
+                    message = .skipping(head: head, length: collected.readableBytes)
+                    return finishSkipping(context: context, fin: frame.fin)
                 }
                 guard frame.fin else {
-                    fragments = collected
+                    message = .collecting(collected)
                     return
                 }
-                fragments = nil
+                message = .none
                 data = collected
+            case .skipping(let head, let length):
+                message = .skipping(head: head, length: length + data.readableBytes)
+                return finishSkipping(context: context, fin: frame.fin)
             }
             guard data.readableBytes <= maxMessageBytes else {
-                close(context: context, code: .messageTooLarge)
+                let head = ByteBuffer(bytes: data.readableBytesView.prefix(InboundFrame.headBytes))
+                context.fireChannelRead(wrapInboundOut(.tooLarge(head: head, length: data.readableBytes)))
                 return
             }
             if data.readableBytesView.last == UInt8(ascii: "\n") { data.moveWriterIndex(to: data.writerIndex - 1) }
-            context.fireChannelRead(wrapInboundOut(data))
+            context.fireChannelRead(wrapInboundOut(.frame(data)))
         case .ping:
             let pong = WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData)
             context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
@@ -53,6 +75,22 @@ final class WebSocketMessages: ChannelDuplexHandler {
         default:
             break
         }
+    }
+
+    /// The message being skipped is reported once its last fragment has come.
+    private func finishSkipping(context: ChannelHandlerContext, fin: Bool) {
+        guard fin, case .skipping(let head, let length) = message else { return }
+        message = .none
+        context.fireChannelRead(wrapInboundOut(.tooLarge(head: head, length: length)))
+    }
+
+    /// A protocol error of the daemon's frames (one over the limit among them: NIO's decoder
+    /// holds a frame whole, so it is not skipped): the reader learns why, then the connection
+    /// is closed with the code RFC 6455 gives it.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.fireErrorCaught(error)
+        guard let error = error as? NIOWebSocketError else { return }
+        close(context: context, code: error == .invalidFrameLength ? .messageTooLarge : .protocolError)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -333,6 +333,41 @@ import TodostreamClient
     }
 }
 
+/// An answer over the client's `maxFrameBytes` fails its request (`responseTooLarge`), which
+/// leaves the outbox, instead of dropping the connection and asking again on every new one.
+/// Over NDJSON the line is skipped and the connection goes on; over WebSocket the message
+/// closes it, and the client resumes on the next.
+@Suite struct ClientLargeAnswerTests {
+    @Test(arguments: TestTransport.allCases)
+    func anAnswerOverMaxFrameBytesFailsItsRequestOnly(_ transport: TestTransport) async throws {
+        try await withDaemon { daemon in
+            var configuration = try testConfiguration(transport.url(port: transport.port(of: daemon)))
+            configuration.maxFrameBytes = 3000
+            configuration.requestTimeout = .seconds(10)
+            try await withTestClient(configuration) { client, log in
+                // Each todo fits; the list of them does not.
+                for index in 0..<4 {
+                    _ = try await client.create(title: String(repeating: "\(index)", count: 900))
+                }
+                let error = await #expect(throws: ClientError.self) { _ = try await client.list() }
+                #expect(error?.code == .responseTooLarge)
+                #expect(await client.outboxCount == 0)
+                let small = try await client.create(title: "small")
+                #expect(small.todo.title == "small")
+                #expect(await client.outboxCount == 0)
+                if transport == .tcp {
+                    #expect(await log.number { $0 == .disconnected } == 0)
+                } else {
+                    try await log.wait(for: "the resumed connection") { events, _ in
+                        events.contains(.connected(resumed: true))
+                    }
+                }
+                #expect(await log.number { if case .requestFailed = $0 { true } else { false } } == 1)
+            }
+        }
+    }
+}
+
 /// A reader of `events` that falls behind by more than `eventBufferCapacity` is not fed an
 /// unbounded buffer: what did not fit is dropped and the reader gets `.reset` before the
 /// next event, so that it refetches.

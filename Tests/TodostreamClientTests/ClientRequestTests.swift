@@ -28,4 +28,45 @@ import TodoApp
             }
         }
     }
+
+    /// An answer over `maxFrameBytes` fails its request (which leaves the outbox) and the
+    /// connection goes on; a broadcast over it is told and given up like a gap.
+    @Test(.timeLimit(.minutes(1)))
+    func aFrameOverTheLimitIsSkippedAndTheConnectionGoesOn() async throws {
+        try await FakeDaemon.with { daemon in
+            var configuration = try fakeConfiguration(port: daemon.port)
+            configuration.maxFrameBytes = 1000
+            try await withClient(configuration) { client, events in
+                try await daemon.accept { peer in
+                    try await peer.hello(seq: 1)
+                    #expect(await events.next() == .connected(resumed: false))
+                    let list = Task { try await client.list() }
+                    let id = try #require(try await peer.receive().id)
+                    try await peer.send(listReplyFrame(re: id, count: 20))
+                    let error = await #expect(throws: ClientError.self) { try await list.value }
+                    #expect(error?.code == .responseTooLarge)
+                    guard case .requestFailed(id, let told) = await events.next() else {
+                        Issue.record("the failed request was not told on events")
+                        return
+                    }
+                    #expect(told.code == .responseTooLarge)
+                    #expect(await client.outboxCount == 0)
+                    // A broadcast over the limit: told, then a reset at its seq.
+                    try await peer.send(
+                        #"{"seq":2,"type":"ResponseTodoViewModel","payload":{"x":""#
+                            + String(repeating: "y", count: 2000) + #""}}"#
+                    )
+                    #expect(await events.next() == .frameTooLarge(seq: 2))
+                    #expect(await events.next() == .reset(seq: 2))
+                    // The same connection carries on.
+                    try await peer.broadcast(seq: 3)
+                    guard case .event(_, let seq) = await events.next() else {
+                        Issue.record("the broadcast after the large ones was not passed on")
+                        return
+                    }
+                    #expect(seq == 3)
+                }
+            }
+        }
+    }
 }

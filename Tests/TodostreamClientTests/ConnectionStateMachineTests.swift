@@ -201,6 +201,31 @@ extension Machine {
         check(machine.resumed(), .ready(resumed: true, reset: nil, deliver: []))
     }
 
+    /// A broadcast too large to read is given up like a gap at its seq; one whose seq is not
+    /// known makes the caller refetch from where the stream stands.
+    @Test func anUnreadableBroadcastIsAReset() {
+        var machine = Machine(backoff: backoff, authenticates: false)
+        _ = machine.start()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 10)
+        check(machine.unreadable(seq: 11), .deliver(reset: 11, []))
+        check(machine.unreadable(seq: nil), .deliver(reset: 11, []))
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        _ = machine.hello(epoch: "e", seq: 14)
+        check(machine.broadcast(13), .none)
+        // The replay's 12 is unreadable: the run goes on after it.
+        check(machine.unreadable(seq: 12), .deliver(reset: 12, [Machine.Broadcast(seq: 13, payload: 13)]))
+        check(delivered(machine.broadcast(14)), [14])
+        // A stream that cannot be resumed starts again on the next connection.
+        machine.forgetPosition()
+        _ = machine.disconnected(random: 0)
+        _ = machine.waited()
+        _ = machine.connected()
+        check(machine.hello(epoch: "e", seq: 20), .ready(resumed: false, reset: nil, deliver: []))
+    }
+
     @Test func backoffGrowsWhileConnectsFailAndResetsOnceReady() {
         var machine = Machine(backoff: backoff, authenticates: false)
         _ = machine.start()

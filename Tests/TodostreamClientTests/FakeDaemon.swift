@@ -10,7 +10,7 @@ import TodoApp
 /// A daemon played by the test over real sockets (NDJSON on 127.0.0.1, port 0): the test
 /// accepts each connection and says what is sent on it, and reads what the client sends.
 struct FakeDaemon {
-    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
+    typealias Connection = NIOAsyncChannel<InboundFrame, ByteBuffer>
 
     struct Closed: Error {}
 
@@ -47,7 +47,7 @@ struct FakeDaemon {
 
     /// One connection of the client.
     struct Peer {
-        var lines: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
+        var lines: NIOAsyncChannelInboundStream<InboundFrame>.AsyncIterator
         let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
 
         func send(_ line: String) async throws {
@@ -68,7 +68,7 @@ struct FakeDaemon {
 
         /// The next frame from the client.
         mutating func receive() async throws -> ClientFrame {
-            guard let buffer = try await lines.next() else { throw Closed() }
+            guard case .frame(let buffer) = try await lines.next() else { throw Closed() }
             return try JSONDecoder().decode(ClientFrame.self, from: Data(buffer.readableBytesView))
         }
 
@@ -110,6 +110,31 @@ func broadcastFrame(seq: UInt64, re: String? = nil) -> String {
     writer.raw(
         TodoWireCodec().encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: todo)))).payloadBytes ?? []
     )
+    writer.endObject()
+    return String(decoding: writer.bytes, as: UTF8.self)
+}
+
+/// The answer to a list request `re`: `count` todos with long titles.
+func listReplyFrame(re: String, count: Int) -> String {
+    let rows = (0..<count).map { index in
+        TodoViewModel(
+            todo: Todo(
+                id: UUID(),
+                createdAt: Timestamp(millisecondsSince1970: 1_000 + Int64(index)),
+                title: String(repeating: "t", count: 100),
+                subtitle: "",
+                priority: .normal,
+                completedAt: nil,
+                version: 1
+            )
+        )
+    }
+    var writer = JSONWriter()
+    writer.beginObject()
+    writer.field("type", "ResponseTodoViewModels")
+    writer.field("re", re)
+    writer.key("payload")
+    writer.raw(TodoWireCodec().encodeBody(.responseTodoViewModels(.success(rows))).payloadBytes ?? [])
     writer.endObject()
     return String(decoding: writer.bytes, as: UTF8.self)
 }
