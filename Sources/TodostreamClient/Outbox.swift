@@ -54,6 +54,10 @@ struct Outbox: Sendable {
         for index in entries.indices { entries[index].sent = false }
     }
 
+    func entry(id: String) -> Entry? {
+        entries.first { $0.id == id }
+    }
+
     /// The answer to `id` arrived (or its caller gave up): it is done.
     @discardableResult
     mutating func remove(id: String) -> Entry? {

@@ -47,6 +47,9 @@ public actor TodostreamClient {
         let expected: Event.Kind
         let continuation: CheckedContinuation<Event, any Error>?
         let timeout: Task<Void, Never>?
+
+        /// Whether the request is a write (its answer is a todo as the write left it).
+        var isWrite: Bool { expected == .responseTodoViewModel || expected == .responseUpdateDetailViewModel }
     }
 
     public init(
@@ -187,16 +190,42 @@ public actor TodostreamClient {
     /// Publishes a view-layer request and returns its answer: the response event (which may
     /// carry an app error, e.g. `not_found`). A write retried after a reconnect that the
     /// daemon had applied already is answered with its original outcome.
+    ///
+    /// Cancelling the calling task ends the wait at once with `CancellationError`. A request
+    /// not sent yet is withdrawn: nothing is applied. A write already sent may be applied
+    /// (it may be on its way, or applied with its answer lost with the connection): it stays in
+    /// the outbox as if made with `send`, sent again with its `mid` after a reconnect until
+    /// answered, so that it is applied once, and its answer arrives on `events`. A read
+    /// already sent is dropped (its answer still arrives on `events`).
     public func request(_ event: Event) async throws -> Event {
+        try Task.checkCancellation()
         let (id, expected) = try enqueue(event)
         let timeoutDuration = configuration.requestTimeout
-        return try await withCheckedThrowingContinuation { continuation in
-            let timeout = Task { [weak self] in
-                try? await Task.sleep(for: timeoutDuration)
-                guard !Task.isCancelled else { return }
-                await self?.expire(id)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let timeout = Task { [weak self] in
+                    try? await Task.sleep(for: timeoutDuration)
+                    guard !Task.isCancelled else { return }
+                    await self?.expire(id)
+                }
+                pending[id] = Pending(expected: expected, continuation: continuation, timeout: timeout)
             }
-            pending[id] = Pending(expected: expected, continuation: continuation, timeout: timeout)
+        } onCancel: {
+            // Run on the actor after this task's job, which stores the continuation first.
+            Task { await self.cancelled(id) }
+        }
+    }
+
+    /// The caller waiting for request `id` was cancelled: it stops waiting.
+    private func cancelled(_ id: String) {
+        guard let entry = pending[id], let continuation = entry.continuation else { return }
+        entry.timeout?.cancel()
+        continuation.resume(throwing: CancellationError())
+        if entry.isWrite, outbox.entry(id: id)?.everSent == true {
+            pending[id] = Pending(expected: entry.expected, continuation: nil, timeout: nil)
+        } else {
+            pending[id] = nil
+            outbox.remove(id: id)
         }
     }
 
@@ -236,7 +265,7 @@ public actor TodostreamClient {
     private func expire(_ id: String) {
         let queued = outbox.remove(id: id)
         guard let entry = pending.removeValue(forKey: id) else { return }
-        let write = entry.expected == .responseTodoViewModel || entry.expected == .responseUpdateDetailViewModel
+        let write = entry.isWrite
         let reason = machine.isReady ? nil : connectionProblem
         let outcome: String
         if !write {

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import TodoApp
 
@@ -65,6 +66,62 @@ import TodoApp
                         return
                     }
                     #expect(seq == 3)
+                }
+            }
+        }
+    }
+
+    /// A cancelled `request` ends at once; one not sent yet leaves the outbox and is never
+    /// sent.
+    @Test(.timeLimit(.minutes(1)))
+    func aCancelledRequestNotSentYetIsWithdrawn() async throws {
+        try await FakeDaemon.with { daemon in
+            var configuration = try fakeConfiguration(port: daemon.port)
+            configuration.requestTimeout = .seconds(50)
+            try await withClient(configuration) { client, events in
+                try await daemon.accept { peer in
+                    // No greeting yet: the request waits in the outbox.
+                    let toggle = Task { try await client.toggle(UUID()) }
+                    try await until { await client.outboxCount == 1 }
+                    toggle.cancel()
+                    await #expect(throws: CancellationError.self) { try await toggle.value }
+                    #expect(await client.outboxCount == 0)
+                    try await peer.hello(seq: 1)
+                    #expect(await events.next() == .connected(resumed: false))
+                    try await client.send(.requestTodoViewModels)
+                    #expect(try await peer.receive().id == "c2")
+                }
+            }
+        }
+    }
+
+    /// A cancelled `request` already sent ends at once too. A write stays in the outbox until
+    /// answered (it may be applied: applied once, its answer on `events`); a read does not.
+    @Test(.timeLimit(.minutes(1)))
+    func aCancelledWriteAlreadySentIsAnsweredOnEvents() async throws {
+        try await FakeDaemon.with { daemon in
+            var configuration = try fakeConfiguration(port: daemon.port)
+            configuration.requestTimeout = .seconds(50)
+            try await withClient(configuration) { client, events in
+                try await daemon.accept { peer in
+                    try await peer.hello(seq: 1)
+                    #expect(await events.next() == .connected(resumed: false))
+                    let toggle = Task { try await client.toggle(UUID()) }
+                    #expect(try await peer.receive().id == "c1")
+                    let list = Task { try await client.list() }
+                    #expect(try await peer.receive().id == "c2")
+                    toggle.cancel()
+                    list.cancel()
+                    await #expect(throws: CancellationError.self) { try await toggle.value }
+                    await #expect(throws: CancellationError.self) { try await list.value }
+                    #expect(await client.outboxCount == 1)
+                    try await peer.broadcast(seq: 2, re: "c1")
+                    guard case .event(_, let seq) = await events.next() else {
+                        Issue.record("the answer to the cancelled write was not passed on")
+                        return
+                    }
+                    #expect(seq == 2)
+                    #expect(await client.outboxCount == 0)
                 }
             }
         }

@@ -185,3 +185,12 @@ extension AsyncStream<ClientEvent>.Iterator {
         return seqs
     }
 }
+
+/// Waits until `condition` holds, checking it again whenever other tasks have run (never by
+/// sleeping); the test's time limit bounds it.
+func until(_ condition: () async -> Bool) async throws {
+    while await !condition() {
+        try Task.checkCancellation()
+        await Task.yield()
+    }
+}
