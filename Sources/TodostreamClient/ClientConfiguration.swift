@@ -24,6 +24,7 @@ public struct ClientConfiguration: Sendable {
     public var token: String?
     public var tls: TLS
     public var backoff: Backoff
+    /// How long a connection attempt may take: the TCP connect, and the WebSocket upgrade.
     public var connectTimeout: Duration
     /// How long `request` waits for its answer, connection losses included.
     public var requestTimeout: Duration

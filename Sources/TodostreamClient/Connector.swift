@@ -3,6 +3,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
+import Synchronization
 
 /// Opens one connection to the daemon and returns it as a channel of frames: one buffer per
 /// JSON object each way, whatever the transport.
@@ -60,17 +61,20 @@ struct Connector: Sendable {
         var description: String { "the daemon refused the WebSocket upgrade" }
     }
 
-    func connect() async throws -> Connection {
+    /// Opens a connection; `attempt` can end it before it is done.
+    func connect(_ attempt: ConnectAttempt) async throws -> Connection {
         let endpoint = configuration.endpoint
         let maxFrameBytes = configuration.maxFrameBytes
         let sslContext = self.sslContext
         let serverHostname = Self.isIPAddress(endpoint.host) ? nil : endpoint.host
+        let connectTimeout = TimeAmount.milliseconds(configuration.connectTimeout.milliseconds)
         let bootstrap = ClientBootstrap(group: group)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .connectTimeout(.milliseconds(configuration.connectTimeout.milliseconds))
+            .connectTimeout(connectTimeout)
         if !endpoint.transport.isWebSocket {
             return try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try attempt.opened(channel)
                     let pipeline = channel.pipeline.syncOperations
                     if let sslContext {
                         try pipeline.addHandler(
@@ -93,6 +97,12 @@ struct Connector: Sendable {
             port: endpoint.port
         ) { channel in
             channel.eventLoop.makeCompletedFuture {
+                try attempt.opened(channel)
+                // The upgrade is part of connecting: a daemon that never answers it is given
+                // up after the connect timeout too.
+                let upgradeTimeout = channel.eventLoop.scheduleTask(in: connectTimeout) {
+                    channel.close(promise: nil)
+                }
                 let pipeline = channel.pipeline.syncOperations
                 if let sslContext {
                     try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
@@ -103,7 +113,8 @@ struct Connector: Sendable {
                     // why the connection ends (NIO's handler closes it before passing the error on).
                     enableAutomaticErrorHandling: false,
                     upgradePipelineHandler: { channel, _ in
-                        channel.eventLoop.makeCompletedFuture {
+                        upgradeTimeout.cancel()
+                        return channel.eventLoop.makeCompletedFuture {
                             try channel.pipeline.syncOperations.addHandler(
                                 WebSocketMessages(maxMessageBytes: maxFrameBytes)
                             )
@@ -115,6 +126,7 @@ struct Connector: Sendable {
                     upgradeRequestHead: head,
                     upgraders: [upgrader],
                     notUpgradingCompletionHandler: { channel in
+                        upgradeTimeout.cancel()
                         channel.close(promise: nil)
                         return channel.eventLoop.makeSucceededFuture(.refused)
                     }
@@ -133,6 +145,35 @@ struct Connector: Sendable {
 
     private static func isIPAddress(_ host: String) -> Bool {
         (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+}
+
+/// One connection attempt, which `cancel` ends at once: the channels it opened are closed (a
+/// connect or an upgrade under way fails), and one it opens later is refused.
+final class ConnectAttempt: Sendable {
+    private enum State {
+        case running([any Channel])
+        case cancelled
+    }
+
+    private let state = Mutex(State.running([]))
+
+    /// The attempt opened `channel` (throws once cancelled).
+    func opened(_ channel: any Channel) throws {
+        try state.withLock { state in
+            guard case .running(var channels) = state else { throw CancellationError() }
+            channels.append(channel)
+            state = .running(channels)
+        }
+    }
+
+    func cancel() {
+        let channels = state.withLock { state -> [any Channel] in
+            defer { state = .cancelled }
+            guard case .running(let channels) = state else { return [] }
+            return channels
+        }
+        for channel in channels { channel.close(promise: nil) }
     }
 }
 

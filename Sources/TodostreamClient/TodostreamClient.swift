@@ -33,6 +33,9 @@ public actor TodostreamClient {
     private var frameCounter: UInt64 = 0
     private var pending: [String: Pending] = [:]
     private var channel: (any Channel)?
+    /// The connection attempt under way, and the wait before the next one: `close()` ends them.
+    private var connectAttempt: ConnectAttempt?
+    private var backoffWait: Task<Void, Never>?
     private var finished = false
     /// Why the client stopped, when the daemon stopped it (a refused token).
     private var stopReason: ClientError?
@@ -100,7 +103,15 @@ public actor TodostreamClient {
                 continue
             case .wait(let delay):
                 logger.debug("reconnecting", metadata: ["delay.ms": "\(delay.milliseconds)"])
-                try? await Task.sleep(for: delay)
+                // A wait that `close()` (or cancelling this task) ends at once.
+                let wait = Task { _ = try? await Task.sleep(for: delay) }
+                backoffWait = wait
+                await withTaskCancellationHandler {
+                    await wait.value
+                } onCancel: {
+                    wait.cancel()
+                }
+                backoffWait = nil
                 action = machine.waited()
                 continue
             default:
@@ -111,17 +122,27 @@ public actor TodostreamClient {
         finish()
     }
 
-    /// Stops the client: the connection is closed, requests still waiting fail with `closed`.
+    /// Stops the client: the connection (or the attempt at one, or the wait before the next)
+    /// is ended, requests still waiting fail with `closed`, and `run()` returns.
     public func close() {
         _ = machine.close()
         channel?.close(promise: nil)
+        connectAttempt?.cancel()
+        backoffWait?.cancel()
         finish()
     }
 
     private func connectOnce() async {
         let connection: Connector.Connection
+        let attempt = ConnectAttempt()
+        connectAttempt = attempt
+        defer { connectAttempt = nil }
         do {
-            connection = try await connector.connect()
+            connection = try await withTaskCancellationHandler {
+                try await connector.connect(attempt)
+            } onCancel: {
+                attempt.cancel()
+            }
         } catch {
             logger.debug("connect failed", metadata: ["error": "\(error)"])
             failedToConnect(error)
