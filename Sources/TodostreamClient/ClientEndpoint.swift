@@ -71,8 +71,12 @@ public struct ClientEndpoint: Sendable, Hashable, CustomStringConvertible {
         self.init(transport: transport, host: String(host), port: port, path: path)
     }
 
+    /// `host:port`, an IPv6 host in brackets (`[::1]:8080`): a URL's authority, an HTTP `Host`.
+    var authority: String {
+        (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
+    }
+
     public var description: String {
-        let hostText = host.contains(":") ? "[\(host)]" : host
-        return "\(transport.rawValue)://\(hostText):\(port)" + (transport.isWebSocket ? path : "")
+        "\(transport.rawValue)://\(authority)" + (transport.isWebSocket ? path : "")
     }
 }

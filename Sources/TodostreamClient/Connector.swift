@@ -87,11 +87,7 @@ struct Connector: Sendable {
                 }
             }
         }
-        var headers = HTTPHeaders()
-        headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
-        headers.add(name: "Content-Length", value: "0")
-        if let token = configuration.token { headers.add(name: "Authorization", value: "Bearer \(token)") }
-        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.path, headers: headers)
+        let head = Self.upgradeRequest(endpoint, token: configuration.token)
         let result: EventLoopFuture<UpgradeResult> = try await bootstrap.connect(
             host: endpoint.host,
             port: endpoint.port
@@ -141,6 +137,15 @@ struct Connector: Sendable {
         case .upgraded(let connection): return connection
         case .refused: throw UpgradeRefused()
         }
+    }
+
+    /// The WebSocket upgrade's request head.
+    static func upgradeRequest(_ endpoint: ClientEndpoint, token: String?) -> HTTPRequestHead {
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: endpoint.authority)
+        headers.add(name: "Content-Length", value: "0")
+        if let token { headers.add(name: "Authorization", value: "Bearer \(token)") }
+        return HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.path, headers: headers)
     }
 
     private static func isIPAddress(_ host: String) -> Bool {

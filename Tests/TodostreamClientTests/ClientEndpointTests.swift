@@ -1,5 +1,6 @@
 import Testing
-import TodostreamClient
+
+@testable import TodostreamClient
 
 @Suite struct ClientEndpointTests {
     @Test func parsesEveryTransport() throws {
@@ -27,5 +28,15 @@ import TodostreamClient
         } catch {
             #expect(error.code == .invalidURL)
         }
+    }
+
+    /// The WebSocket upgrade's `Host` puts an IPv6 address in brackets, as a URL does.
+    @Test func theUpgradesHostHeaderBracketsAnIPv6Address() throws {
+        let v6 = try ClientEndpoint(url: "ws://[::1]:8080/events")
+        check(Connector.upgradeRequest(v6, token: nil).headers["Host"], ["[::1]:8080"])
+        check(v6.description, "ws://[::1]:8080/events")
+        let named = try ClientEndpoint(url: "wss://todo.example/events")
+        check(Connector.upgradeRequest(named, token: "t").headers["Host"], ["todo.example:8443"])
+        check(Connector.upgradeRequest(named, token: "t").headers["Authorization"], ["Bearer t"])
     }
 }
