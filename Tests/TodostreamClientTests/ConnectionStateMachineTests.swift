@@ -303,4 +303,20 @@ extension Machine {
             #expect(middle > ceiling / 2 && middle < ceiling)
         }
     }
+
+    /// A first wait of zero would make every wait zero (a reconnect loop without a pause): it
+    /// is taken as the smallest one. And a wait is made in one step, whatever the attempt.
+    @Test func noWaitIsZeroAndAnyAttemptIsAnswered() {
+        for backoff in [Backoff(initial: .zero), Backoff(initial: .seconds(-1), maximum: .zero)] {
+            #expect(backoff.delay(attempt: 0, random: 1) == .milliseconds(1))
+            #expect(backoff.delay(attempt: 1_000_000, random: 0) > .zero)
+        }
+        var changed = Backoff()
+        changed.initial = .zero
+        #expect(changed.delay(attempt: 0, random: 1) == .milliseconds(1))
+        let long = Backoff(initial: .seconds(3600), maximum: .seconds(86_400))
+        #expect(long.delay(attempt: Int.max, random: 1) == .seconds(86_400))
+        #expect(long.delay(attempt: 4, random: 1) == .seconds(57_600))
+        #expect(long.delay(attempt: -3, random: 1) == .seconds(3600))
+    }
 }
