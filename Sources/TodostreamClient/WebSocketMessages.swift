@@ -4,9 +4,11 @@ import NIOWebSocket
 /// Frames over WebSocket: each text message in is one frame (fragments reassembled up to
 /// `maxMessageBytes`; a fragmented message over it is dropped as its fragments come and
 /// reported `.tooLarge`), each buffer out one text message, **masked** as RFC 6455 requires
-/// of a client. Pings are answered; a close is echoed and the connection closed. (A single
-/// frame over the limit never gets here: NIO's frame decoder, which holds a frame whole, closes
-/// the connection with 1009, as told in `errorCaught`.)
+/// of a client. Pings are answered; a close is echoed and the connection closed. A text frame
+/// in the middle of a message, or a continuation outside one, closes it with 1002, a message
+/// that is not UTF-8 with 1007, a binary one with 1003. (A single frame over the limit never
+/// gets here: NIO's frame decoder, which holds a frame whole, closes the connection with 1009,
+/// as told in `errorCaught`.)
 final class WebSocketMessages: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = InboundFrame
@@ -30,9 +32,18 @@ final class WebSocketMessages: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .text, .continuation:
+            // A text frame starts a message, a continuation goes on with the one started (RFC
+            // 6455 §5.4): anything else is a protocol error.
+            let continuing: Bool
+            if case .none = message { continuing = false } else { continuing = true }
+            guard continuing == (frame.opcode == .continuation) else {
+                close(context: context, code: .protocolError)
+                return
+            }
             var data = frame.unmaskedData
             switch message {
             case .none where frame.fin:
@@ -63,6 +74,10 @@ final class WebSocketMessages: ChannelDuplexHandler {
                 context.fireChannelRead(wrapInboundOut(.tooLarge(head: head, length: data.readableBytes)))
                 return
             }
+            guard Self.isUTF8(data.readableBytesView) else {
+                close(context: context, code: .dataInconsistentWithMessage)
+                return
+            }
             if data.readableBytesView.last == UInt8(ascii: "\n") { data.moveWriterIndex(to: data.writerIndex - 1) }
             context.fireChannelRead(wrapInboundOut(.frame(data)))
         case .ping:
@@ -74,6 +89,19 @@ final class WebSocketMessages: ChannelDuplexHandler {
             close(context: context, code: .unacceptableData)
         default:
             break
+        }
+    }
+
+    /// Whether `bytes` are UTF-8, as a text message must be (else it closes with 1007).
+    static func isUTF8(_ bytes: ByteBufferView) -> Bool {
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid: continue
+            case .emptyInput: return true
+            case .error: return false
+            }
         }
     }
 
