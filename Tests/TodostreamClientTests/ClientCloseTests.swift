@@ -47,7 +47,7 @@ import Testing
             let (client, ended) = try start(configuration)
             try await daemon.accept { peer in
                 // The upgrade request comes, and is never answered.
-                _ = try await peer.lines.next()
+                _ = await peer.lines.next()
                 await client.close()
                 #expect(await finishes(ended, within: .seconds(10)))
             }
@@ -64,7 +64,7 @@ import Testing
             configuration.connectTimeout = .milliseconds(200)
             try await withClient(configuration) { _, events in
                 try await daemon.accept { peer in
-                    _ = try await peer.lines.next()
+                    _ = await peer.lines.next()
                     guard case .unreachable = await events.next() else {
                         Issue.record("the attempt did not fail")
                         return

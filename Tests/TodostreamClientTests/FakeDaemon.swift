@@ -9,49 +9,89 @@ import TodoApp
 
 /// A daemon played by the test over real sockets (NDJSON on 127.0.0.1, port 0): the test
 /// accepts each connection and says what is sent on it, and reads what the client sends.
+/// Connections the test does not accept are closed when it ends.
 struct FakeDaemon {
-    typealias Connection = NIOAsyncChannel<InboundFrame, ByteBuffer>
-
     struct Closed: Error {}
 
+    /// A connection as it was accepted: its channel and the frames read from it.
+    struct Accepted: Sendable {
+        let channel: any Channel
+        let frames: AsyncStream<InboundFrame>
+    }
+
     let port: Int
-    private var connections: NIOAsyncChannelInboundStream<Connection>.AsyncIterator
+    private var accepted: AsyncStream<Accepted>.Iterator
 
     /// Runs `body` with a listening daemon; it stops listening when `body` returns.
     static func with(_ body: (inout FakeDaemon) async throws -> Void) async throws {
+        let (accepted, acceptedSink) = AsyncStream.makeStream(of: Accepted.self)
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .bind(host: "127.0.0.1", port: 0) { channel in
+            .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    let (frames, sink) = AsyncStream.makeStream(of: InboundFrame.self)
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: 1 << 26)))
                     try pipeline.addHandler(LineFrameEncoder())
-                    return try Connection(wrappingChannelSynchronously: channel)
+                    try pipeline.addHandler(Collector(sink: sink))
+                    acceptedSink.yield(Accepted(channel: channel, frames: frames))
                 }
             }
-        let port = try #require(server.channel.localAddress?.port)
-        try await server.executeThenClose { inbound in
-            var daemon = FakeDaemon(port: port, connections: inbound.makeAsyncIterator())
+            .bind(host: "127.0.0.1", port: 0).get()
+        var daemon = FakeDaemon(port: try #require(server.localAddress?.port), accepted: accepted.makeAsyncIterator())
+        var failure: (any Error)?
+        do {
             try await body(&daemon)
+        } catch {
+            failure = error
         }
+        try? await server.close()
+        acceptedSink.finish()
+        while let left = await daemon.accepted.next() { try? await left.channel.close() }
+        if let failure { throw failure }
     }
 
     /// The client's next connection, for as long as `body` runs; then it is closed.
     mutating func accept<T>(_ body: (inout Peer) async throws -> T) async throws -> T {
-        guard let connection = try await connections.next() else { throw Closed() }
-        return try await connection.executeThenClose { inbound, outbound in
-            var peer = Peer(lines: inbound.makeAsyncIterator(), outbound: outbound)
-            return try await body(&peer)
+        guard let connection = await accepted.next() else { throw Closed() }
+        var peer = Peer(channel: connection.channel, lines: connection.frames.makeAsyncIterator())
+        do {
+            let result = try await body(&peer)
+            try? await connection.channel.close()
+            return result
+        } catch {
+            try? await connection.channel.close()
+            throw error
+        }
+    }
+
+    /// Passes each frame read on to the test.
+    private final class Collector: ChannelInboundHandler {
+        typealias InboundIn = InboundFrame
+
+        let sink: AsyncStream<InboundFrame>.Continuation
+
+        init(sink: AsyncStream<InboundFrame>.Continuation) {
+            self.sink = sink
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            sink.yield(unwrapInboundIn(data))
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            sink.finish()
+            context.fireChannelInactive()
         }
     }
 
     /// One connection of the client.
     struct Peer {
-        var lines: NIOAsyncChannelInboundStream<InboundFrame>.AsyncIterator
-        let outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+        let channel: any Channel
+        var lines: AsyncStream<InboundFrame>.Iterator
 
         func send(_ line: String) async throws {
-            try await outbound.write(ByteBuffer(string: line))
+            try await channel.writeAndFlush(ByteBuffer(string: line)).get()
         }
 
         func hello(epoch: String = "e", seq: UInt64) async throws {
@@ -68,13 +108,8 @@ struct FakeDaemon {
 
         /// The next frame from the client.
         mutating func receive() async throws -> ClientFrame {
-            guard case .frame(let buffer) = try await lines.next() else { throw Closed() }
+            guard case .frame(let buffer) = await lines.next() else { throw Closed() }
             return try JSONDecoder().decode(ClientFrame.self, from: Data(buffer.readableBytesView))
-        }
-
-        /// Reads frames until the client closes the connection.
-        mutating func untilClosed() async throws {
-            while try await lines.next() != nil {}
         }
     }
 }
