@@ -10,7 +10,7 @@ struct List: AsyncParsableCommand {
     func run() async throws {
         try await reporting {
             let rows = try await connection.withClient { try await $0.list() }
-            for row in rows { print(describe(row)) }
+            for row in rows { output(describe(row)) }
         }
     }
 }
@@ -28,7 +28,7 @@ struct Add: AsyncParsableCommand {
             let saved = try await connection.withClient {
                 try await $0.create(title: title, subtitle: subtitle, priority: priority)
             }
-            print(saved.todo.id.uuidString.lowercased())
+            output(saved.todo.id.uuidString.lowercased())
         }
     }
 }
@@ -44,7 +44,7 @@ struct Toggle: AsyncParsableCommand {
     func run() async throws {
         let id = try parseID(self.id)
         try await reporting {
-            print(describe(try await connection.withClient { try await $0.toggle(id) }))
+            output(describe(try await connection.withClient { try await $0.toggle(id) }))
         }
     }
 }
@@ -60,7 +60,7 @@ struct Delete: AsyncParsableCommand {
     func run() async throws {
         let id = try parseID(self.id)
         try await reporting {
-            print(describe(try await connection.withClient { try await $0.delete(id) }))
+            output(describe(try await connection.withClient { try await $0.delete(id) }))
         }
     }
 }
@@ -85,7 +85,7 @@ struct Edit: AsyncParsableCommand {
         let edit = TodoEdit(title: title, subtitle: subtitle, priority: priority?.priority)
         try await reporting {
             let saved = try await connection.withClient { try await $0.edit(id, edit) }
-            print(describe(TodoViewModel(todo: saved.todo)))
+            output(describe(TodoViewModel(todo: saved.todo)))
         }
     }
 }
@@ -216,6 +216,26 @@ struct Watch: AsyncParsableCommand {
 
 /// One line on standard output, written at once (`watch` runs until interrupted, often into a
 /// pipe, where `print` would hold lines back).
+///
+/// A reader that went away (`| head -1`) ends the program quietly: there is no one left to
+/// tell. Any other failure to write (a full disk) is said on standard error, with exit code 5.
 func output(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    do {
+        try FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+    } catch {
+        if posixCode(of: error) == EPIPE { exit(0) }
+        let reason = posixCode(of: error).map { String(cString: strerror($0)) } ?? "\(error)"
+        try? FileHandle.standardError.write(contentsOf: Data("todostream: cannot write the output: \(reason)\n".utf8))
+        exit(5)
+    }
+}
+
+/// The POSIX error number behind a failed write (Foundation wraps it in a Cocoa error).
+private func posixCode(of error: any Error) -> Int32? {
+    let error = error as NSError
+    if error.domain == NSPOSIXErrorDomain { return Int32(error.code) }
+    if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+        return Int32(underlying.code)
+    }
+    return nil
 }

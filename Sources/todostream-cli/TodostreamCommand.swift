@@ -14,6 +14,8 @@ struct TodostreamCommand: AsyncParsableCommand {
               1   the app refused it: not found, validation failed, conflict, unavailable
               3   no answer in time (daemon unreachable, or TLS refused)
               4   the daemon refused the frame or the token
+              5   standard output cannot be written (a full disk); a reader that went away
+                  (`todostream watch | head -1`) ends it quietly with 0
               64  bad usage: arguments, URL, TLS files
             """,
         version: "1.0.0",
@@ -49,9 +51,14 @@ struct ConnectionOptions: ParsableArguments {
     )
     var maxFrameBytes: Int = 65_536
 
+    /// A day: longer waits are mistakes (and past Int64 milliseconds, not representable).
+    static let maxTimeoutSeconds: Double = 86_400
+
     func validate() throws {
-        guard timeout > 0, timeout.isFinite else {
-            throw ValidationError("--timeout must be a number of seconds above 0.")
+        guard timeout > 0, timeout <= Self.maxTimeoutSeconds else {
+            throw ValidationError(
+                "--timeout must be a number of seconds above 0 and at most \(Int(Self.maxTimeoutSeconds))."
+            )
         }
         for (option, path) in [("--ca-file", caFile), ("--cert", cert), ("--key", key)] {
             if let path, !FileManager.default.isReadableFile(atPath: path) {

@@ -180,3 +180,34 @@ def test_watch_json_shows_every_list_an_empty_one_too(daemon):
     finally:
         watch.kill()
         watch.communicate()
+
+
+def test_output_that_cannot_be_written_ends_quietly_or_with_its_own_code(daemon):
+    """`watch | head -1`: the reader went away, and the CLI ends with 0 and nothing on standard
+    error (it crashed with a backtrace). A full disk is said, with exit code 5, not lost with 0.
+    A timeout too large to wait is bad usage, not a crash."""
+    url = f"tcp://127.0.0.1:{daemon.tcp_port}"
+    assert run_cli("add", "Watched", "--url", url).returncode == 0
+    watch = subprocess.Popen([cli_binary(), "watch", "--json", "--url", url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        first = watch.stdout.readline()
+        assert first, watch.stderr.read()
+        watch.stdout.close()  # as `head -1` does after its line
+        # The next line it writes meets a closed pipe.
+        with LineClient(daemon.tcp_port, name="writer") as c:
+            create_todo(c, "Seen by nobody")
+        assert watch.wait(timeout=30) == 0
+        error = watch.stderr.read().decode()
+        assert "Fatal" not in error and "Broken pipe" not in error, error
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    with open("/dev/full", "w") as full:
+        listed = subprocess.run([cli_binary(), "list", "--url", url], stdout=full, stderr=subprocess.PIPE, text=True,
+                                timeout=60)
+    assert listed.returncode == 5, listed
+    assert "No space left on device" in listed.stderr, listed.stderr
+    huge = run_cli("list", "--timeout", "1e16", "--url", url)
+    assert huge.returncode == 64 and "--timeout" in huge.stderr, huge
