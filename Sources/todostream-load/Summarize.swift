@@ -265,37 +265,73 @@ struct Summarize: ParsableCommand {
         let order = ["todostreamd", "todostreamd (ws)", "nats", "redis"]
         for configuration in configs {
             let group = rows.filter { config($0) == configuration }
-            let ours = group.first { serverName($0) == "todostreamd" }
-            for server in order {
-                guard let row = group.first(where: { serverName($0) == server }) else { continue }
-                var ratioText = "—"
-                if !server.hasPrefix("todostreamd"), let ours {
-                    var parts: [String] = []
-                    for key in (ratioOnMetric ? [metric.key] : []) + ratioMetrics {
-                        if let mine = (ours[key] as? NSNumber)?.doubleValue,
-                            let theirs = (row[key] as? NSNumber)?.doubleValue, theirs > 0
-                        {
-                            let ratio = mine / theirs
-                            let label = key == metric.key ? "" : (ratioLabels[key] ?? key) + " "
-                            parts.append("\(label)×\(format(ratio, key == metric.key ? 3 : 2))")
-                            var entry: Row = [
-                                "scenario": row["scenario"] ?? "", "peer": server, "metric": key,
-                                "todostreamd_over_peer": (ratio * 1_000).rounded() / 1_000,
-                            ]
-                            for field in ratioFields { entry[field] = row[field] ?? ours[field] ?? "" }
-                            ratios.append(entry)
-                        }
-                    }
-                    ratioText = parts.isEmpty ? "—" : parts.joined(separator: ", ")
+            let oursRuns = group.filter { serverName($0) == "todostreamd" }
+            // Every run gets its row: repeated runs of a configuration are numbered, a server
+            // not in `order` comes after those that are.
+            let servers = order + Set(group.map(serverName)).subtracting(order).sorted()
+            for server in servers {
+                let runs = group.filter { serverName($0) == server }
+                for (position, row) in runs.enumerated() {
+                    let ours = oursRuns.isEmpty ? nil : oursRuns[min(position, oursRuns.count - 1)]
+                    let label =
+                        runs.count > 1 ? "\(configuration.label) (run \(position + 1))" : configuration.label
+                    out += tableRow(
+                        row,
+                        label: label,
+                        server: server,
+                        ours: ours,
+                        metric: metric,
+                        extra: extra,
+                        ratioFields: ratioFields,
+                        ratios: &ratios,
+                        ratioOnMetric: ratioOnMetric,
+                        ratioMetrics: ratioMetrics
+                    )
                 }
-                let cells =
-                    [configuration.label, server, number(row[metric.key])] + extra.map { $0.format(row) } + [
-                        ratioText, notes(row, except: Set(extra.map(\.key))),
-                    ]
-                out += "| " + cells.joined(separator: " | ") + " |\n"
             }
         }
         return out
+    }
+
+    /// One row of a `section` table, with the ratio of todostreamd's run `ours` to it (a peer's
+    /// row), which is also added to `ratios`.
+    private func tableRow(
+        _ row: Row,
+        label: String,
+        server: String,
+        ours: Row?,
+        metric: (key: String, title: String),
+        extra: [Column],
+        ratioFields: [String],
+        ratios: inout [Row],
+        ratioOnMetric: Bool,
+        ratioMetrics: [String]
+    ) -> String {
+        var ratioText = "—"
+        if !server.hasPrefix("todostreamd"), let ours {
+            var parts: [String] = []
+            for key in (ratioOnMetric ? [metric.key] : []) + ratioMetrics {
+                if let mine = (ours[key] as? NSNumber)?.doubleValue,
+                    let theirs = (row[key] as? NSNumber)?.doubleValue, theirs > 0
+                {
+                    let ratio = mine / theirs
+                    let label = key == metric.key ? "" : (ratioLabels[key] ?? key) + " "
+                    parts.append("\(label)×\(format(ratio, key == metric.key ? 3 : 2))")
+                    var entry: Row = [
+                        "scenario": row["scenario"] ?? "", "peer": server, "metric": key,
+                        "todostreamd_over_peer": (ratio * 1_000).rounded() / 1_000,
+                    ]
+                    for field in ratioFields { entry[field] = row[field] ?? ours[field] ?? "" }
+                    ratios.append(entry)
+                }
+            }
+            ratioText = parts.isEmpty ? "—" : parts.joined(separator: ", ")
+        }
+        let cells =
+            [label, server, number(row[metric.key])] + extra.map { $0.format(row) } + [
+                ratioText, notes(row, except: Set(extra.map(\.key))),
+            ]
+        return "| " + cells.joined(separator: " | ") + " |\n"
     }
 
     /// Per request kind of the mixed runs: share, rate and latencies.

@@ -275,3 +275,26 @@ def test_tls_applies_to_todostreamd_and_redis_only():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode != 0 and "--transport tls applies to todostreamd and redis only" in done.stderr, done.stderr
+
+
+def test_summarize_keeps_every_run_of_a_configuration(tmp_path):
+    base = {"scenario": "request", "target": "todostreamd", "transport": "tcp", "clients": 4, "publish": "toggle",
+            "p50_ms": 0.1, "p99_ms": 0.2, "p999_ms": 0.3, "errors": {}, "setup_failures": {}}
+    rows = [
+        {**base, "requests_per_s": 1000},
+        {**base, "requests_per_s": 10, "errors": {"io: reset": 3}},
+        {**base, "target": "nats", "requests_per_s": 500},
+        {**base, "target": "redis", "transport": "tls", "requests_per_s": 400},
+    ]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    markdown, document = tmp_path / "results.md", tmp_path / "results.json"
+    done = subprocess.run(
+        [load_binary(), "summarize", "--results", str(results), "--markdown", str(markdown), "--json", str(document)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    table = [line for line in markdown.read_text().splitlines() if line.startswith("| 4")]
+    assert len(table) == 4, table
+    assert any("1,000" in line for line in table) and any("io: reset ×3" in line for line in table), table
+    assert any("redis (tls)" in line for line in table), table
