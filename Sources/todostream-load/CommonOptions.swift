@@ -55,6 +55,12 @@ struct CommonOptions: ParsableArguments {
     )
     var payloadBytes = 400
 
+    @Option(
+        name: .customLong("setup-timeout"),
+        help: "Seconds a connection may take to connect and finish its protocol's setup (hello, subscription, …)."
+    )
+    var setupTimeout: Double = 30
+
     @Option(help: "A label copied into the JSON result.")
     var label: String?
 
@@ -70,6 +76,17 @@ struct CommonOptions: ParsableArguments {
         guard tlsCA == nil || transport.isTLS else {
             throw ValidationError("--tls-ca applies to --transport tls and wss only.")
         }
+        if let pid {
+            guard SystemProbe.processExists(pid: pid) else {
+                throw ValidationError("--pid \(pid): there is no such process.")
+            }
+            if SystemProbe.listens(pid: pid, port: port) == false {
+                warn("process \(pid) (--pid) has no socket listening on port \(port) (--port): is it the server?")
+            }
+        }
+        guard setupTimeout > 0, setupTimeout <= 600 else {
+            throw ValidationError("--setup-timeout must be more than 0 and at most 600 s.")
+        }
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64.") }
         guard payloadBytes >= PeerPayload.headerBytes, payloadBytes <= 65_536 else {
             throw ValidationError("--payload-bytes must be \(PeerPayload.headerBytes)…65536.")
@@ -78,6 +95,18 @@ struct CommonOptions: ParsableArguments {
 
     /// The server as results name it: "todostreamd (ws)" over WebSocket.
     var serverName: String { transport == .tcp ? target.rawValue : "\(target.rawValue) (\(transport.rawValue))" }
+
+    /// A connector to `endpoint` (by default --host and --port) with these options.
+    func connector(group: MultiThreadedEventLoopGroup, run: RunState, endpoint: Endpoint? = nil) throws -> Connector {
+        try Connector(
+            group: group,
+            endpoint: endpoint ?? self.endpoint,
+            run: run,
+            perAddress: perAddress,
+            firstAddress: firstAddress,
+            setupTimeout: .nanoseconds(Int64((setupTimeout * 1e9).rounded()))
+        )
+    }
 
     var endpoint: Endpoint { Endpoint(target: target, host: host, port: port, transport: transport, tlsCA: tlsCA) }
 
@@ -96,12 +125,20 @@ struct CommonOptions: ParsableArguments {
         return report
     }
 
-    func residentKiB() -> Int? { pid.flatMap { SystemProbe.residentKiB(pid: $0) } }
+    /// The server's RSS (with --pid); nil, with a warning, when /proc could not be read.
+    func residentKiB() -> Int? {
+        guard let pid else { return nil }
+        guard let kib = SystemProbe.residentKiB(pid: pid) else {
+            warn("could not read the RSS of process \(pid) from /proc/\(pid)/status: it is reported as unknown")
+            return nil
+        }
+        return kib
+    }
 }
 
 /// Samples a process's RSS every 100 ms and keeps the peak.
 struct PeakSampler {
-    private let task: Task<Int, Never>?
+    private let task: Task<Int?, Never>?
 
     init(pid: Int32?) {
         guard let pid else {
@@ -109,16 +146,17 @@ struct PeakSampler {
             return
         }
         task = Task {
-            var peak = 0
+            var peak: Int?
             while !Task.isCancelled {
-                if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak, current) }
+                if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak ?? 0, current) }
                 try? await Task.sleep(for: .milliseconds(100))
             }
-            if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak, current) }
+            if let current = SystemProbe.residentKiB(pid: pid) { peak = max(peak ?? 0, current) }
             return peak
         }
     }
 
+    /// The peak; nil without --pid or when the RSS could never be read.
     func stop() async -> Int? {
         guard let task else { return nil }
         task.cancel()
@@ -131,6 +169,29 @@ func emit(_ report: Report, human: String) {
     print(report.jsonLine)
     var standardError = StandardError()
     print(human, to: &standardError)
+}
+
+/// The exit statuses of the scenarios, for their help.
+let exitStatusNote = """
+    Exit status: 0 when the run measured something; 1 when it failed or could not be set up \
+    (no client, subscriber or connection came up, the publisher could not set up, a setup \
+    timed out); 2 when it ran but measured nothing (no request answered, nothing delivered, \
+    no idle connection held or the server's RSS unknown) — its result is printed all the \
+    same; 64 on a usage error.
+    """
+
+/// Ends the run with exit status 2 (after its result was printed) when `nothing` holds.
+func failIfNothingMeasured(_ nothing: Bool, _ what: String) throws {
+    guard nothing else { return }
+    var standardError = StandardError()
+    print("error: nothing was measured: \(what)", to: &standardError)
+    throw ExitCode(2)
+}
+
+/// A warning on standard error.
+func warn(_ text: String) {
+    var standardError = StandardError()
+    print("warning: " + text, to: &standardError)
 }
 
 struct StandardError: TextOutputStream {

@@ -69,6 +69,8 @@ final class Connector: Sendable {
     let run: RunState
     let perAddress: Int
     let firstAddress: Int
+    /// How long a connection may take to connect and finish its protocol's setup.
+    let setupTimeout: TimeAmount
     private let remote: SocketAddress
     /// The client side of TLS, made once (nil without TLS).
     private let tls: NIOSSLContext?
@@ -78,11 +80,13 @@ final class Connector: Sendable {
         endpoint: Endpoint,
         run: RunState,
         perAddress: Int,
-        firstAddress: Int
+        firstAddress: Int,
+        setupTimeout: TimeAmount = .seconds(30)
     )
         throws
     {
         self.group = group
+        self.setupTimeout = setupTimeout
         self.endpoint = endpoint
         self.run = run
         self.perAddress = max(perAddress, 1)
@@ -131,7 +135,7 @@ final class Connector: Sendable {
         let run = self.run
         var bootstrap = ClientBootstrap(group: loop)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .connectTimeout(.seconds(10))
+            .connectTimeout(setupTimeout)
             .channelInitializer { channel in
                 if let receiveBufferBytes {
                     _ = channel.setOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBufferBytes))
@@ -176,8 +180,9 @@ final class Connector: Sendable {
                 return loop.makeFailedFuture(error)
             }
         }
-        let timeout = loop.scheduleTask(in: .seconds(30)) {
-            ready.fail(LoadError("setup timed out after 30 s (\(mode))"))
+        let seconds = Double(setupTimeout.nanoseconds) / 1e9
+        let timeout = loop.scheduleTask(in: setupTimeout) {
+            ready.fail(LoadError("setup timed out after \(decimals(seconds, 1)) s (\(mode))"))
         }
         let connected = bootstrap.connect(to: remote)
         connected.whenFailure { ready.fail($0) }
@@ -194,7 +199,7 @@ final class Connector: Sendable {
     }
 
     /// Connects `count` connections, `batch` at a time; returns those that came up and the
-    /// reasons of those that did not.
+    /// reasons of those that did not. Stops after a first batch of which none came up.
     func connectMany(
         count: Int,
         startIndex: Int = 0,
@@ -224,6 +229,9 @@ final class Connector: Sendable {
                     failures["\(error)", default: 0] += 1
                 }
             }
+            // Not one connection came up: the next ones would not either (each would cost
+            // the setup timeout again).
+            guard !handles.isEmpty else { break }
             next = end
         }
         return (handles, failures)
@@ -243,4 +251,9 @@ final class Connector: Sendable {
         }
         for future in futures { try? await future.get() }
     }
+}
+
+/// Setup failures for people: "16× setup timed out after 30.0 s (requester)".
+func describe(setupFailures failures: [String: Int]) -> String {
+    failures.sorted { $0.key < $1.key }.map { "\($0.value)× \($0.key)" }.joined(separator: ", ")
 }

@@ -4,7 +4,7 @@ import ArgumentParser
 struct Fanout: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "N subscribers and one publisher: delivered messages/s, publish→receive latency.",
-        discussion: [overview, PublishKind.discussion].joined(separator: "\n\n")
+        discussion: [overview, PublishKind.discussion, exitStatusNote].joined(separator: "\n\n")
     )
 
     private static let overview = """
@@ -120,8 +120,9 @@ struct Fanout: AsyncParsableCommand {
             report,
             human: "fanout \(common.serverName) subscribers=\(outcome.fastSubscribers)\(spread) \(mode): "
                 + "\(grouped(outcome.deliveredPerSecond)) msg/s delivered "
-                + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(outcome.latencyText)"
+                + "(\(grouped(outcome.publishesPerSecond)) pub/s); \(latencyText(outcome.stats.latency))"
                 + outcome.cpu.text(count: outcome.deliveredInWindow, unit: "message") + "; \(outcome.problemsText)"
         )
+        try failIfNothingMeasured(outcome.deliveredInWindow == 0, "nothing was delivered in the measured window")
     }
 }

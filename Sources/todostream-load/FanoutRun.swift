@@ -57,25 +57,24 @@ struct FanoutRun {
             capacity = 1
         }
         let run = RunState(group: group, sendTimeCapacity: capacity)
-        let connector = try Connector(
-            group: group,
-            endpoint: common.endpoint,
-            run: run,
-            perAddress: common.perAddress,
-            firstAddress: common.firstAddress
-        )
+        let connector = try common.connector(group: group, run: run)
         var outcome = Outcome()
 
         // The publisher first: for todostreamd it creates the todo it will toggle, and the
         // seq of that broadcast is the base every later seq is counted from.
         var publisherSettings = common.settings(todoIDs: [randomUUID()])
         publisherSettings.publish = publish
-        let publisher = try await connector.connect(
-            index: 0,
-            mode: .publisher,
-            settings: publisherSettings,
-            on: run.stats.loops[0]
-        ).get()
+        let publisher: ConnectionHandle
+        do {
+            publisher = try await connector.connect(
+                index: 0,
+                mode: .publisher,
+                settings: publisherSettings,
+                on: run.stats.loops[0]
+            ).get()
+        } catch {
+            throw LoadError("the publisher could not be set up: \(error)")
+        }
 
         let fast = subscribers - slowSubscribers
         let slowEvery = slowSubscribers > 0 ? max(subscribers / slowSubscribers, 1) : 0
@@ -93,13 +92,7 @@ struct FanoutRun {
             : subscriberPorts.map { port in
                 var endpoint = common.endpoint
                 endpoint.port = port
-                return try Connector(
-                    group: group,
-                    endpoint: endpoint,
-                    run: run,
-                    perAddress: common.perAddress,
-                    firstAddress: common.firstAddress
-                )
+                return try common.connector(group: group, run: run, endpoint: endpoint)
             }
         var handles: [ConnectionHandle] = []
         var first = 0
@@ -130,7 +123,7 @@ struct FanoutRun {
         outcome.slowSubscribers = handles.count - fastUp
         guard fastUp > 0 else {
             await connector.closeAll(handles + [publisher])
-            throw LoadError("no subscriber came up: \(outcome.setupFailures)")
+            throw LoadError("no subscriber could be set up: \(describe(setupFailures: outcome.setupFailures))")
         }
         _ = fast
 
@@ -238,15 +231,9 @@ extension FanoutRun.Outcome {
         if let rssAfterKiB { report.set("rss_after_kib", rssAfterKiB) }
     }
 
-    var latencyText: String {
-        let h = stats.latency
-        return "p50 \(decimals(Report.milliseconds(h.value(atQuantile: 0.5)), 3)) ms, "
-            + "p99 \(decimals(Report.milliseconds(h.value(atQuantile: 0.99)), 3)) ms, "
-            + "p99.9 \(decimals(Report.milliseconds(h.value(atQuantile: 0.999)), 3)) ms"
-    }
-
     var problemsText: String {
         var parts: [String] = []
+        if deliveredInWindow == 0 { parts.append("nothing delivered in the measured window") }
         let lost = max(expectedAfterDrain - deliveredAfterDrain, 0)
         if lost > 0 { parts.append("undelivered after drain \(lost)") }
         if stats.gaps > 0 { parts.append("gaps \(stats.gaps)") }

@@ -1,3 +1,5 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -14,6 +16,42 @@ enum SystemProbe {
             return Int(String(digits))
         }
         return nil
+    }
+
+    /// Whether a process `pid` exists (it may belong to another user).
+    static func processExists(pid: Int32) -> Bool {
+        guard pid > 0 else { return false }
+        return kill(pid, 0) == 0 || errno == EPERM
+    }
+
+    /// Whether `pid` holds a socket listening on TCP `port` (of any address), by the listening
+    /// entries of /proc/PID/net/tcp and tcp6 and the socket inodes among /proc/PID/fd; nil
+    /// when that cannot be told (a file not readable).
+    static func listens(pid: Int32, port: Int) -> Bool? {
+        var inodes: Set<String> = []
+        var readable = false
+        for file in ["tcp", "tcp6"] {
+            guard let text = readSmallFile("/proc/\(pid)/net/\(file)", limit: 64 << 20) else { continue }
+            readable = true
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard fields.count > 9, fields[3] == "0A", let colon = fields[1].lastIndex(of: ":"),
+                    Int(fields[1][fields[1].index(after: colon)...], radix: 16) == port
+                else { continue }
+                inodes.insert(String(fields[9]))
+            }
+        }
+        guard readable else { return nil }
+        guard !inodes.isEmpty else { return false }
+        let directory = "/proc/\(pid)/fd"
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return nil }
+        for entry in entries {
+            guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "\(directory)/\(entry)"),
+                link.hasPrefix("socket:["), link.hasSuffix("]")
+            else { continue }
+            if inodes.contains(String(link.dropFirst(8).dropLast())) { return true }
+        }
+        return false
     }
 
     /// CPU time `pid` has used so far in clock ticks, its threads included: in user space and

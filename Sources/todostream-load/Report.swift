@@ -28,14 +28,20 @@ struct Report {
         set(key, .object(counts.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }))
     }
 
-    /// p50/p99/p99.9/max and mean in milliseconds, and the sample count.
+    /// p50/p99/p99.9/max and mean in milliseconds, and the sample count; without samples
+    /// each figure is null.
     mutating func setLatency(_ histogram: LatencyHistogram) {
         set("latency_samples", Int(histogram.count))
-        set("p50_ms", Self.milliseconds(histogram.value(atQuantile: 0.5)))
-        set("p99_ms", Self.milliseconds(histogram.value(atQuantile: 0.99)))
-        set("p999_ms", Self.milliseconds(histogram.value(atQuantile: 0.999)))
-        set("max_ms", Self.milliseconds(histogram.count == 0 ? 0 : histogram.maximum))
-        set("mean_ms", (histogram.mean / 1e3).rounded() / 1e3)
+        set("p50_ms", Self.quantile(histogram, 0.5))
+        set("p99_ms", Self.quantile(histogram, 0.99))
+        set("p999_ms", Self.quantile(histogram, 0.999))
+        set("max_ms", histogram.count == 0 ? .null : .double(Self.milliseconds(histogram.maximum)))
+        set("mean_ms", histogram.count == 0 ? .null : .double((histogram.mean / 1e3).rounded() / 1e3))
+    }
+
+    /// Quantile `q` of `histogram` in milliseconds; null without samples.
+    static func quantile(_ histogram: LatencyHistogram, _ q: Double) -> Value {
+        histogram.count == 0 ? .null : .double(milliseconds(histogram.value(atQuantile: q)))
     }
 
     static func milliseconds(_ nanoseconds: UInt64) -> Double { (Double(nanoseconds) / 1e3).rounded() / 1e3 }
@@ -98,4 +104,12 @@ func decimals(_ value: Double, _ places: Int) -> String {
         if fraction.count < places { text += String(repeating: "0", count: places - fraction.count) }
     }
     return text
+}
+
+/// "p50 0.123 ms, p99 0.456 ms, p99.9 0.789 ms", or "no latency samples".
+func latencyText(_ h: LatencyHistogram) -> String {
+    guard h.count > 0 else { return "no latency samples" }
+    return "p50 \(decimals(Report.milliseconds(h.value(atQuantile: 0.5)), 3)) ms, "
+        + "p99 \(decimals(Report.milliseconds(h.value(atQuantile: 0.99)), 3)) ms, "
+        + "p99.9 \(decimals(Report.milliseconds(h.value(atQuantile: 0.999)), 3)) ms"
 }

@@ -6,7 +6,7 @@ import NIOPosix
 struct Request: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "C clients each sending a request and waiting for its answer: requests/s and latency.",
-        discussion: [overview, PublishKind.discussion, cpuNote].joined(separator: "\n\n")
+        discussion: [overview, PublishKind.discussion, cpuNote, exitStatusNote].joined(separator: "\n\n")
     )
 
     private static let overview = """
@@ -16,10 +16,10 @@ struct Request: AsyncParsableCommand {
         toggle its copy of the broadcast (the one with `re`). By default the clients \
         unsubscribe from Response* first, so each receives only its own replies and copies; \
         --subscribed keeps them subscribed, and every broadcast then also goes to the other \
-        C-1 clients. Latency runs from the send of a request to the last frame answering it; \
-        requests/s and the latencies count the requests answered without an error, those \
-        answered with one are reported as `failed` (and by code under `errors`); both only for \
-        requests sent within the measured window.
+        C-1 clients. Latency runs from the send of a request to the last frame answering it. \
+        `requests`, requests/s and the latencies are of one set: the requests sent within the \
+        measured window and answered without an error (by 0.5 s after it); those sent within \
+        it and answered with an error are reported as `failed` (and by code under `errors`).
 
         Peers: each client publishes --payload-bytes to a subject/channel of its own and waits \
         for the message to come back through the server (redis: on a second connection; \
@@ -95,91 +95,32 @@ struct Request: AsyncParsableCommand {
     private func measure(group: MultiThreadedEventLoopGroup) async throws {
         SystemProbe.raiseFileLimit(to: 2 * clients + 1_024)
         let run = RunState(group: group, sendTimeCapacity: 1)
-        let connector = try Connector(
-            group: group,
-            endpoint: common.endpoint,
-            run: run,
-            perAddress: common.perAddress,
-            firstAddress: common.firstAddress
-        )
+        let connector = try common.connector(group: group, run: run)
         var handles: [ConnectionHandle] = []
         var failures: [String: Int] = [:]
         var requesters: [ConnectionHandle] = []
-        let subscribed = self.subscribed
-        for client in 0..<clients {
-            let loop = group.next()
-            var settings = common.settings(
-                todoIDs: (0..<todosPerClient).map { _ in randomUUID() },
-                subject: "r.\(client)"
-            )
-            settings.requestersSubscribed = subscribed
-            settings.publish = publish
-            settings.client = client
-            do {
-                switch common.target {
-                case .todostreamd:
-                    let handle = try await connector.connect(
-                        index: client,
-                        mode: .requester,
-                        settings: settings,
-                        on: loop
-                    ).get()
-                    requesters.append(handle)
-                    handles.append(handle)
-                case .nats:
-                    let subject = settings.subject
-                    let handle = try await connector.connect(
-                        index: client,
-                        mode: .requester,
-                        settings: settings,
-                        on: loop,
-                        configure: { ($0 as? NatsConnection)?.requestSubject = subject }
-                    ).get()
-                    requesters.append(handle)
-                    handles.append(handle)
-                case .redis where durable || publish == .ping:
-                    // One connection: a SET key, or pings.
-                    let key = durable ? "key:\(client)" : nil
-                    let handle = try await connector.connect(
-                        index: client,
-                        mode: .requester,
-                        settings: settings,
-                        on: loop,
-                        configure: { ($0 as? RedisConnection)?.durableKey = key }
-                    ).get()
-                    requesters.append(handle)
-                    handles.append(handle)
-                case .redis:
-                    let publisher = try await connector.connect(
-                        index: 2 * client,
-                        mode: .requestPublisher,
-                        settings: settings,
-                        on: loop
-                    ).get()
-                    handles.append(publisher)
-                    let box = publisher.box
-                    let channel = settings.subject
-                    let handle = try await connector.connect(
-                        index: 2 * client + 1,
-                        mode: .requester,
-                        settings: settings,
-                        on: loop,
-                        configure: { connection in
-                            guard let redis = connection as? RedisConnection else { return }
-                            redis.requestChannel = channel
-                            redis.partner = box.value as? RedisConnection
-                        }
-                    ).get()
-                    requesters.append(handle)
-                    handles.append(handle)
+        // A batch of clients at a time, each batch's setups under way together: a server that
+        // never answers costs one --setup-timeout, not one per client.
+        var next = 0
+        while next < clients {
+            let end = min(next + 256, clients)
+            let futures = (next..<end).map { connectClient($0, connector: connector, on: group.next()) }
+            for future in futures {
+                do {
+                    let (requester, all) = try await future.get()
+                    requesters.append(requester)
+                    handles += all
+                } catch {
+                    failures["\(error)", default: 0] += 1
                 }
-            } catch {
-                failures["\(error)", default: 0] += 1
             }
+            // Not one client came up: the next ones would not either.
+            guard !requesters.isEmpty else { break }
+            next = end
         }
         guard !requesters.isEmpty else {
             await connector.closeAll(handles)
-            throw LoadError("no client came up: \(failures)")
+            throw LoadError("no client could be set up: \(describe(setupFailures: failures))")
         }
         // What redis says about its durability (from the first client's CONFIG GET).
         var redisSettings: (appendOnly: String?, appendFsync: String?) = (nil, nil)
@@ -200,11 +141,9 @@ struct Request: AsyncParsableCommand {
         cpu.start()
         let start = Clock.now()
         run.measureStart.store(start, ordering: .relaxed)
-        let doneAtStart = run.progress.load(ordering: .relaxed)
         await sleep(seconds: duration)
         let end = Clock.now()
         run.measureEnd.store(end, ordering: .relaxed)
-        let doneAtEnd = run.progress.load(ordering: .relaxed)
         cpu.stop()
         run.running.store(false, ordering: .relaxed)
         await sleep(seconds: 0.5)
@@ -213,8 +152,10 @@ struct Request: AsyncParsableCommand {
         await connector.closeAll(handles)
 
         let seconds = Clock.seconds(end - start)
-        let perSecond = seconds > 0 ? Double(doneAtEnd - doneAtStart) / seconds : 0
-        let done = doneAtEnd - doneAtStart
+        // The requests sent within the window and answered without an error (by the time the
+        // answers stopped coming): the same set the latencies are of.
+        let done = Int(stats.latency.count)
+        let perSecond = seconds > 0 ? Double(done) / seconds : 0
         var report = common.report(scenario: "request")
         report.set("clients", requesters.count)
         if durable {
@@ -270,23 +211,69 @@ struct Request: AsyncParsableCommand {
         }
         var human =
             "request \(common.serverName) (\(what)) clients=\(requesters.count): \(grouped(perSecond)) req/s; "
-            + Self.latencyText(stats.latency) + cpu.text(count: done + stats.failedRequests, unit: "request") + "; "
+            + latencyText(stats.latency) + cpu.text(count: done + stats.failedRequests, unit: "request") + "; "
             + (problems.isEmpty ? "no errors" : problems.joined(separator: "; "))
         if publish == .mixed {
             for kind in RequestKind.allCases where !stats.kinds.isEmpty {
                 let counts = stats.kinds[kind.rawValue]
                 guard counts.answered + counts.failed > 0 else { continue }
                 human += "\n  \(kind.name): \(grouped(Double(counts.answered) / max(seconds, 1e-9))) req/s; "
-                human += Self.latencyText(counts.latency) + (counts.failed > 0 ? "; failed \(counts.failed)" : "")
+                human += latencyText(counts.latency) + (counts.failed > 0 ? "; failed \(counts.failed)" : "")
             }
         }
         emit(report, human: human)
+        try failIfNothingMeasured(done == 0, "no request sent within the measured window was answered without an error")
     }
 
-    static func latencyText(_ h: LatencyHistogram) -> String {
-        "p50 \(decimals(Report.milliseconds(h.value(atQuantile: 0.5)), 3)) ms, "
-            + "p99 \(decimals(Report.milliseconds(h.value(atQuantile: 0.99)), 3)) ms, "
-            + "p99.9 \(decimals(Report.milliseconds(h.value(atQuantile: 0.999)), 3)) ms"
+    /// Connects client `client`: its requester, and the connections it is made of (redis
+    /// without --durable: a publisher, then the requester receiving through it).
+    private func connectClient(
+        _ client: Int,
+        connector: Connector,
+        on loop: any EventLoop
+    ) -> EventLoopFuture<(requester: ConnectionHandle, all: [ConnectionHandle])> {
+        var settings = common.settings(
+            todoIDs: (0..<todosPerClient).map { _ in randomUUID() },
+            subject: "r.\(client)"
+        )
+        settings.requestersSubscribed = subscribed
+        settings.publish = publish
+        settings.client = client
+        let configure: (@Sendable (LineConnection) -> Void)?
+        switch common.target {
+        case .todostreamd:
+            configure = nil
+        case .nats:
+            let subject = settings.subject
+            configure = { ($0 as? NatsConnection)?.requestSubject = subject }
+        case .redis where durable || publish == .ping:
+            // One connection: a SET key, or pings.
+            let key = durable ? "key:\(client)" : nil
+            configure = { ($0 as? RedisConnection)?.durableKey = key }
+        case .redis:
+            let requesterSettings = settings
+            return connector.connect(index: 2 * client, mode: .requestPublisher, settings: settings, on: loop)
+                .flatMap { publisher in
+                    let box = publisher.box
+                    let channel = requesterSettings.subject
+                    return connector.connect(
+                        index: 2 * client + 1,
+                        mode: .requester,
+                        settings: requesterSettings,
+                        on: loop,
+                        configure: { connection in
+                            guard let redis = connection as? RedisConnection else { return }
+                            redis.requestChannel = channel
+                            redis.partner = box.value as? RedisConnection
+                        }
+                    ).map { (requester: $0, all: [publisher, $0]) }.flatMapErrorThrowing { error in
+                        publisher.channel.close(promise: nil)
+                        throw error
+                    }
+                }
+        }
+        return connector.connect(index: client, mode: .requester, settings: settings, on: loop, configure: configure)
+            .map { (requester: $0, all: [$0]) }
     }
 
     /// `by_kind`: per request kind, answers in the window, their share, rate and latencies.
@@ -305,9 +292,9 @@ struct Request: AsyncParsableCommand {
                         ("failed", .int(counts.failed)),
                         ("share", .double((share * 1_000).rounded() / 1_000)),
                         ("requests_per_s", .double(seconds > 0 ? (Double(counts.answered) / seconds).rounded() : 0)),
-                        ("p50_ms", .double(Report.milliseconds(h.value(atQuantile: 0.5)))),
-                        ("p99_ms", .double(Report.milliseconds(h.value(atQuantile: 0.99)))),
-                        ("p999_ms", .double(Report.milliseconds(h.value(atQuantile: 0.999)))),
+                        ("p50_ms", Report.quantile(h, 0.5)),
+                        ("p99_ms", Report.quantile(h, 0.99)),
+                        ("p999_ms", Report.quantile(h, 0.999)),
                     ])
                 )
             )

@@ -9,7 +9,8 @@ struct Slow: AsyncParsableCommand {
             Runs twice: first the reading subscribers alone (the baseline), then the same with \
             the non-reading ones added. Reports both throughputs, their ratio, the server's RSS \
             growth and how many non-reading subscribers the server closed.
-            """
+
+            """ + exitStatusNote
     )
 
     @OptionGroup var common: CommonOptions
@@ -75,7 +76,7 @@ struct Slow: AsyncParsableCommand {
         report.set("baseline_delivered_per_s", baseline.deliveredPerSecond.rounded())
         let ratio = baseline.deliveredPerSecond > 0 ? mixed.deliveredPerSecond / baseline.deliveredPerSecond : 0
         report.set("throughput_vs_baseline", (ratio * 1_000).rounded() / 1_000)
-        report.set("baseline_p99_ms", Report.milliseconds(baseline.stats.latency.value(atQuantile: 0.99)))
+        report.set("baseline_p99_ms", Report.quantile(baseline.stats.latency, 0.99))
         var memoryText = ""
         if let before = mixed.rssBeforeKiB, let peak = mixed.rssPeakKiB {
             let growth = peak - before
@@ -92,8 +93,9 @@ struct Slow: AsyncParsableCommand {
             human:
                 "slow \(common.serverName) readers=\(mixed.fastSubscribers) non-readers=\(mixed.slowSubscribers): "
                 + "\(grouped(mixed.deliveredPerSecond)) msg/s to readers vs \(grouped(baseline.deliveredPerSecond)) alone "
-                + "(×\(decimals(ratio, 2))); \(mixed.latencyText); non-readers closed by server "
+                + "(×\(decimals(ratio, 2))); \(latencyText(mixed.stats.latency)); non-readers closed by server "
                 + "\(mixed.slowClosedByServer)\(memoryText); \(mixed.problemsText)"
         )
+        try failIfNothingMeasured(mixed.deliveredInWindow == 0, "nothing was delivered to the readers")
     }
 }

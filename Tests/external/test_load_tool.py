@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -275,6 +276,123 @@ def test_tls_applies_to_todostreamd_and_redis_only():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode != 0 and "--transport tls applies to todostreamd and redis only" in done.stderr, done.stderr
+
+
+def run_load_status(*args: str, timeout: int = 120) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Runs the load tool whatever its exit status: the run and its JSON result (None without one)."""
+    done = subprocess.run([load_binary(), *args], capture_output=True, text=True, timeout=timeout)
+    lines = done.stdout.strip().splitlines()
+    return done, (json.loads(lines[-1]) if lines else None)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "target", "transport", "listener"),
+    [
+        ("request", "todostreamd", "ws", "tcp"),  # WebSocket to the NDJSON listener
+        ("request", "todostreamd", "tcp", "http"),  # NDJSON to the HTTP listener
+        ("request", "nats", "tcp", "tcp"),  # NATS to the NDJSON listener
+        ("fanout", "todostreamd", "ws", "tcp"),
+    ],
+)
+def test_a_port_speaking_another_protocol_fails_the_setup_in_time(daemon, scenario, target, transport, listener):
+    port = daemon.tcp_port if listener == "tcp" else daemon.http_port
+    count = ("--clients", "300") if scenario == "request" else ("--subscribers", "300")
+    started = time.monotonic()
+    done, result = run_load_status(
+        scenario, "--target", target, "--transport", transport, "--port", str(port), "--setup-timeout", "1",
+        *count, "--duration", "1", "--warmup", "0", timeout=60,
+    )
+    # One setup timeout (the clients set up together, and a batch of which none came up ends
+    # the setup), not one per client.
+    assert time.monotonic() - started < 20, done.stderr[-2000:]
+    assert done.returncode == 1 and result is None, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert re.search(r"(no client|the publisher) could (not )?be set up", done.stderr), done.stderr[-2000:]
+    assert "setup timed out after 1.0 s" in done.stderr or "closed during setup" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_setup_timeout_must_be_positive():
+    done = subprocess.run(
+        [load_binary(), "request", "--target", "todostreamd", "--port", "1", "--setup-timeout", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 64 and "--setup-timeout must be" in done.stderr, done.stderr
+
+
+def a_pid_that_has_exited() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_pid_of_no_process_is_refused():
+    pid = a_pid_that_has_exited()
+    done = subprocess.run(
+        [load_binary(), "idle", "--target", "todostreamd", "--port", "1", "--pid", str(pid)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 64 and f"--pid {pid}: there is no such process" in done.stderr, done.stderr
+
+
+def test_a_pid_not_listening_on_the_port_is_warned_about(daemon):
+    # This test's own process listens on no port of the daemon's.
+    done, result = run_load_status(
+        "request", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--pid", str(os.getpid()),
+        "--clients", "1", "--duration", "0.2", "--warmup", "0",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"process {os.getpid()} (--pid) has no socket listening on port {daemon.tcp_port}" in done.stderr
+    done, result = run_load_status(
+        "request", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--pid", str(daemon.pid),
+        "--clients", "1", "--duration", "0.2", "--warmup", "0",
+    )
+    assert done.returncode == 0 and "no socket listening" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.daemon_args("--rate-limit", "1000000")
+def test_an_rss_the_tool_could_not_read_is_unknown_not_zero(daemon):
+    import resource
+
+    def few_descriptors():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (150, 150))
+
+    # Out of descriptors, the tool can open neither more connections nor /proc/PID/status.
+    done = subprocess.run(
+        [load_binary(), "idle", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--pid", str(daemon.pid),
+         "--connections", "400", "--batch", "400", "--settle", "0"],
+        capture_output=True, text=True, timeout=120, preexec_fn=few_descriptors,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rss_after_kib"] is None and result["rss_per_connection_bytes"] is None, result
+    assert "could not read the RSS" in done.stderr and "unknown" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2, done.stderr[-2000:]
+
+
+def test_latencies_without_samples_are_null_and_nothing_measured_fails(daemon):
+    # One publish every 10 s: the first goes out before the window, none within it.
+    done, result = run_load_status(
+        "fanout", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--subscribers", "2",
+        "--rate", "0.1", "--duration", "1", "--warmup", "0.5", "--drain", "0",
+    )
+    assert result is not None and result["latency_samples"] == 0, done.stderr[-2000:]
+    for field in ("p50_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms"):
+        assert result[field] is None, (field, result)
+    assert "no latency samples" in done.stderr and "no loss, no errors" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "nothing was measured" in done.stderr, done.stderr[-2000:]
+
+
+def test_requests_are_those_sent_in_the_window_and_answered(daemon):
+    result = run_load(
+        "request", "--target", "todostreamd", "--port", str(daemon.tcp_port), "--clients", "4", "--duration", "1",
+        "--publish", "ping",
+    )
+    assert result["requests"] > 0 and result["requests"] == result["latency_samples"], result
+    assert abs(result["requests_per_s"] - result["requests"] / result["duration_s"]) <= 0.01 * result["requests"] + 1
+
+
+def test_the_help_names_the_exit_statuses():
+    for scenario in ("request", "fanout", "idle", "slow"):
+        done = subprocess.run([load_binary(), scenario, "--help"], capture_output=True, text=True, timeout=60)
+        assert "Exit status: 0 when the run measured something" in " ".join(done.stdout.split()), done.stdout
 
 
 def test_summarize_keeps_every_run_of_a_configuration(tmp_path):
