@@ -3,7 +3,8 @@ import ServiceLifecycle
 import UnixSignals
 
 /// The one place the daemon handles signals: SIGTERM and SIGINT stop it gracefully, SIGHUP
-/// reloads. Last in the service group: it returns on a stop signal, and the group (told so by
+/// reloads, SIGUSR1 and SIGUSR2 are logged and ignored (their default action is to kill).
+/// Last in the service group: it returns on a stop signal, and the group (told so by
 /// its `successTerminationBehavior`) then shuts the other services down in reverse order.
 ///
 /// `signals` is created before the daemon starts (`UnixSignalsSequence` traps them at once),
@@ -33,6 +34,12 @@ struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.E
                 for try await signal in signals {
                     if signal == .sighup {
                         reloads.request()
+                    } else if signal == .sigusr1 || signal == .sigusr2 {
+                        // Trapped so that a stray one does not kill the daemon without a drain.
+                        logger.notice(
+                            "signal ignored: SIGHUP reloads, SIGTERM and SIGINT stop",
+                            metadata: ["signal": "\(signal)"]
+                        )
                     } else {
                         logger.notice("shutting down", metadata: ["signal": "\(signal)"])
                         await reloads.stop()

@@ -82,6 +82,23 @@ private final class HeldReload: Sendable {
         #expect(reload.reloads == 1)
     }
 
+    /// SIGUSR1 and SIGUSR2 neither stop nor reload: a SIGHUP after them still reloads.
+    @Test func userSignalsAreIgnored() async throws {
+        let reload = HeldReload()
+        let (signals, raise) = AsyncStream.makeStream(of: UnixSignal.self)
+        let service = SignalService(signals: signals, reload: { reload.run() }, logger: Self.logger)
+        let running = Task { try await service.run() }
+        var started = reload.started.makeAsyncIterator()
+        raise.yield(.sigusr1)
+        raise.yield(.sigusr2)
+        raise.yield(.sighup)
+        #expect(await started.next() == 1)
+        reload.release()
+        raise.yield(.sigterm)
+        try await running.value
+        #expect(reload.reloads == 1)
+    }
+
     /// SIGHUPs that come while a reload runs make exactly one more after it; a stop while one
     /// runs waits for it and starts none after it.
     @Test func hangupsDuringAReloadAreFoldedIntoOneMore() async throws {

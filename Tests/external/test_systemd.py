@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, daemon_binary
+from helpers import LineClient, wait_until
 
 
 def line_client(port: int):
@@ -469,6 +470,19 @@ def test_a_stop_at_any_moment_of_the_start_is_graceful(tmp_path):
         if process.returncode != 0 or bad:
             failures.append((run, process.returncode, bad or log[-2000:]))
     assert not failures, failures
+
+
+def test_sigusr1_and_sigusr2_are_ignored_not_a_kill_without_a_drain(daemon):
+    """Their default action kills the process at once: no drain, no `draining` to clients. The
+    daemon traps them, says so in its log, and goes on serving."""
+    with LineClient(daemon.tcp_port, name="client") as c:
+        for signum in (signal.SIGUSR1, signal.SIGUSR2):
+            daemon.signal(signum)
+            wait_until(lambda: daemon.log_text().count("signal ignored") >= (1 if signum == signal.SIGUSR1 else 2),
+                       timeout=10, what="the signal logged as ignored")
+            c.ping()
+    assert daemon.running
+    assert daemon.stop() == 0
 
 
 def test_a_refused_reload_shows_in_the_status_until_one_succeeds(tmp_path):
