@@ -438,12 +438,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         }
     }
 
-    /// Lets live output flow after the start hold, unless a resume has taken it over.
+    /// Ends the hold on live output after `milliseconds`, unless a frame or a resume ended it.
     private func releaseStartHold(after milliseconds: Int64) {
         let bound = NIOLoopBound(self, eventLoop: loop)
         loop.scheduleTask(in: .milliseconds(milliseconds)) { bound.value.releaseStartHold() }
     }
 
+    /// Lets live output flow after the start hold, unless a resume has taken it over.
     private func releaseStartHold() {
         guard case .write(let held) = lifecycle.releaseStartHold() else { return }
         for frame in held { write(frame) }

@@ -5,10 +5,10 @@ import NIOCore
 ///
 /// notStarted → holdingLiveOutput (for `initial_hold_ms`, or until the client's first frame) →
 /// live → closing(reason) → closed. A session that must authenticate receives no live output
-/// until it has, so its hold starts there instead: live → holdingLiveOutput on `authenticated`. Once closing, nothing more is read or written but the last
-/// frame. A session whose channel goes away before it closed itself is `disconnected`: frames
-/// already read are still handled (a resume that ends later goes on with them), so it keeps
-/// its hold.
+/// until it has, so its hold starts there instead: live → holdingLiveOutput on
+/// `authenticated`. Once closing, nothing more is read or written but the last frame. A
+/// session whose channel goes away before it closed itself is `disconnected`: frames already
+/// read are still handled (a resume that ends later goes on with them), so it keeps its hold.
 struct SessionStateMachine {
     enum CloseReason: Equatable {
         /// Its outbound queue went over the bound.

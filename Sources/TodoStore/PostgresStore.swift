@@ -207,8 +207,6 @@ public actor PostgresStore: ServedStore {
         )
     }
 
-    /// A short, safe description of a database error: the SQLSTATE and message the server
-    /// sent, or the kind of connection failure. Never the query's binds or the password.
     /// Checks what `open` would read before it connects (the TLS files `sslrootcert` and the
     /// like name), so that `check-config` says what `serve` would. Throws `StoreError`.
     public static func checkFiles(settings: PostgresSettings) throws {
@@ -225,6 +223,8 @@ public actor PostgresStore: ServedStore {
         return state.hasPrefix("42")
     }
 
+    /// A short, safe description of a database error: the SQLSTATE and message the server
+    /// sent, or the kind of connection failure. Never the query's binds or the password.
     static func describe(_ error: any Error) -> String {
         if let error = error as? PSQLError {
             if let state = error.serverInfo?[.sqlState], let message = error.serverInfo?[.message] {

@@ -344,10 +344,6 @@ final class SQLiteWriter: @unchecked Sendable {
     static let movedCheckInterval = Duration.milliseconds(20)
     private var lastMovedCheck = ContinuousClock.now - .seconds(1)
 
-    /// Refuses to write to a database file that is no longer where it was opened (deleted,
-    /// with its directory or alone, or replaced): SQLite would go on writing to the open file,
-    /// and every write acknowledged from then on would be lost at the next start. One `fstat`
-    /// and one `stat` (SQLite's `SQLITE_FCNTL_HAS_MOVED`).
     /// Keeps the WAL's frames when the connection closes (no cut back to empty, no delete):
     /// for a database file that is gone, they are the commits it held that are left.
     func keepWALAtClose() {
@@ -357,7 +353,8 @@ final class SQLiteWriter: @unchecked Sendable {
         _ = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
     }
 
-    /// Whether the database file is no longer where it was opened (deleted or replaced).
+    /// Whether the database file is no longer where it was opened (deleted or replaced). One
+    /// `fstat` and one `stat` (SQLite's `SQLITE_FCNTL_HAS_MOVED`).
     func databaseFileMoved() -> Bool {
         guard handle != nil else { return false }
         var moved: Int32 = 0
@@ -365,10 +362,11 @@ final class SQLiteWriter: @unchecked Sendable {
         return result == SQLITE_OK && moved != 0
     }
 
+    /// Refuses to write to a database file that is no longer where it was opened (deleted,
+    /// with its directory or alone, or replaced): SQLite would go on writing to the open file,
+    /// and every write acknowledged from then on would be lost at the next start.
     private func checkNotMoved() throws {
-        var moved: Int32 = 0
-        let result = sqlite_nio_sqlite3_file_control(handle, "main", SQLITE_FCNTL_HAS_MOVED, &moved)
-        guard result == SQLITE_OK, moved != 0 else { return }
+        guard databaseFileMoved() else { return }
         throw filesGone("the database file")
     }
 

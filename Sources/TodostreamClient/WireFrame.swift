@@ -119,10 +119,11 @@ struct FrameHead: Sendable, Hashable {
         let bytes: [UInt8]
         var index = 0
 
+        /// The next byte after white space, not taken.
         var peek: UInt8? {
-            var index = self.index
-            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
-            return index < bytes.count ? bytes[index] : nil
+            var ahead = self
+            ahead.skipSpace()
+            return ahead.index < bytes.count ? bytes[ahead.index] : nil
         }
 
         mutating func skipSpace() {

@@ -539,6 +539,16 @@ final class Daemon: Sendable {
     /// at `now`: nil when it is valid, or cannot be read (`makeTLSContext` says why then).
     static func certificateDateProblem(_ path: String, now: Date = Date()) -> String? {
         guard let certificate = try? NIOSSLCertificate.fromPEMFile(path).first else { return nil }
+        return certificateDateProblem(certificate, path: path, now: now)
+    }
+
+    /// The same, of a certificate file's bytes already read (`path` names it in the message).
+    static func certificateDateProblem(pem: [UInt8], path: String, now: Date = Date()) -> String? {
+        guard let certificate = try? NIOSSLCertificate.fromPEMBytes(pem).first else { return nil }
+        return certificateDateProblem(certificate, path: path, now: now)
+    }
+
+    private static func certificateDateProblem(_ certificate: NIOSSLCertificate, path: String, now: Date) -> String? {
         let formatter = ISO8601DateFormatter()
         let notAfter = Date(timeIntervalSince1970: TimeInterval(certificate.notValidAfter))
         let notBefore = Date(timeIntervalSince1970: TimeInterval(certificate.notValidBefore))

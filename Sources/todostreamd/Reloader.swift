@@ -69,12 +69,13 @@ struct Reloader: Sendable {
             )
         }
         if let cert = next.tlsCertificatePath, let key = next.tlsKeyPath {
+            // Read once: the dates are judged, and the one in use recognised, by the same bytes.
             let pem = Self.contents(of: cert)
-            if let problem = Daemon.certificateDateProblem(cert) {
+            if let pem, let problem = Daemon.certificateDateProblem(pem: pem, path: cert) {
                 // A new certificate that clients would refuse (expired, or not valid yet) does
                 // not replace the one in use. The one in use itself is served on, as at start,
                 // and said loudly: the rest of the reload (a token revoked) still applies.
-                guard pem != nil, pem == certificateInUse.withLockedValue({ $0 }) else {
+                guard pem == certificateInUse.withLockedValue({ $0 }) else {
                     return refused(
                         "not reloaded: the TLS certificate is not valid now; keeping the old settings",
                         reason: problem

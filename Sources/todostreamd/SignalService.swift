@@ -32,18 +32,19 @@ struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.E
         let stopped = await cancelWhenGracefulShutdown { () async -> Bool in
             do {
                 for try await signal in signals {
-                    if signal == .sighup {
+                    if signal.stopsTheDaemon {
+                        logger.notice("shutting down", metadata: ["signal": "\(signal)"])
+                        await reloads.stop()
+                        return true
+                    } else if signal == .sighup {
                         reloads.request()
-                    } else if signal == .sigusr1 || signal == .sigusr2 {
-                        // Trapped so that a stray one does not kill the daemon without a drain.
+                    } else {
+                        // SIGUSR1, SIGUSR2: trapped so that a stray one does not kill the daemon
+                        // without a drain.
                         logger.notice(
                             "signal ignored: SIGHUP reloads, SIGTERM and SIGINT stop",
                             metadata: ["signal": "\(signal)"]
                         )
-                    } else {
-                        logger.notice("shutting down", metadata: ["signal": "\(signal)"])
-                        await reloads.stop()
-                        return true
                     }
                 }
             } catch {
@@ -59,4 +60,12 @@ struct SignalService<Signals: AsyncSequence & Sendable>: Service where Signals.E
             try? await gracefulShutdown()
         }
     }
+}
+
+extension UnixSignal {
+    /// Every signal the daemon traps (`serve` traps them first thing).
+    static let trappedByTheDaemon: [UnixSignal] = [.sigterm, .sigint, .sighup, .sigusr1, .sigusr2]
+
+    /// SIGTERM and SIGINT: a graceful stop (or, while the daemon starts, the start cancelled).
+    var stopsTheDaemon: Bool { self == .sigterm || self == .sigint }
 }

@@ -192,7 +192,7 @@ struct Serve: AsyncParsableCommand {
         // stop too, not the default kill. (Only one sent within the process's first
         // milliseconds, while its libraries load and its arguments are parsed, still takes the
         // default action: nothing is open then.)
-        let trapped = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup, .sigusr1, .sigusr2)
+        let trapped = await UnixSignalsSequence(trapping: UnixSignal.trappedByTheDaemon)
         MemoryAllocator.configure(environment: ProcessInfo.processInfo.environment)
         let options: DaemonOptions
         do {
@@ -223,7 +223,7 @@ struct Serve: AsyncParsableCommand {
         }
         let forwarding = Task {
             for await signal in trapped {
-                if signal == .sigterm || signal == .sigint, phase.stopDuringStart() { starting.cancel() }
+                if signal.stopsTheDaemon, phase.stopDuringStart() { starting.cancel() }
                 forward.yield(signal)
             }
         }

@@ -15,10 +15,25 @@ func delivered(_ action: Machine.Action) -> [UInt64] {
 
 extension Machine {
     mutating func broadcast(_ seq: UInt64) -> Action { broadcast(seq: seq, payload: seq) }
+
+    /// The connection lost, the backoff waited, a new one made: waiting for its greeting.
+    mutating func reconnect(random: Double = 0) {
+        _ = disconnected(random: random)
+        _ = waited()
+        _ = connected()
+    }
 }
 
 @Suite struct ConnectionStateMachineTests {
     let backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(2))
+
+    /// A machine started and connected: waiting for its greeting.
+    func connectedMachine(authenticates: Bool) -> Machine {
+        var machine = Machine(backoff: backoff, authenticates: authenticates)
+        _ = machine.start()
+        _ = machine.connected()
+        return machine
+    }
 
     @Test func firstConnectionStartsTheStreamAtTheGreeting() {
         var machine = Machine(backoff: backoff, authenticates: false)
@@ -31,9 +46,7 @@ extension Machine {
     }
 
     @Test func reconnectResumesAfterTheLastSeqSeen() {
-        var machine = Machine(backoff: backoff, authenticates: false)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: false)
         _ = machine.hello(epoch: "e1", seq: 40)
         check(delivered(machine.broadcast(41)), [41])
         check(delivered(machine.broadcast(42)), [42])
@@ -58,14 +71,10 @@ extension Machine {
     /// resume starts after, and the replay skips them (protocol §5), so they are held and
     /// passed on after the ones they follow.
     @Test func aLiveBroadcastBeforeAuthenticationDoesNotMoveTheResumePoint() {
-        var machine = Machine(backoff: backoff, authenticates: true)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: true)
         _ = machine.hello(epoch: "e", seq: 57)
         check(machine.authenticated(), .ready(resumed: false, reset: nil, deliver: []))
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         check(machine.hello(epoch: "e", seq: 60), .sendAuth)
         check(machine.broadcast(61), .none)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 57))
@@ -86,9 +95,7 @@ extension Machine {
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 10)
         _ = machine.authenticated()
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         _ = machine.hello(epoch: "e", seq: 14)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 10))
         // 15 slips in live before the replay of 11...14: held until 14 has come.
@@ -99,9 +106,7 @@ extension Machine {
         check(machine.lastSeq, 12)
         // Lost mid-replay: the next resume starts after the unbroken run, and what was held
         // comes again with the replay.
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         _ = machine.hello(epoch: "e", seq: 15)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 12))
         check(machine.broadcast(12), .none)
@@ -118,13 +123,9 @@ extension Machine {
 
     /// What is still held when the resume is answered goes then, in seq order.
     @Test func theResumeAnswerReleasesWhatIsHeld() {
-        var machine = Machine(backoff: backoff, authenticates: false)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: false)
         _ = machine.hello(epoch: "e", seq: 10)
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         _ = machine.hello(epoch: "e", seq: 10)
         check(machine.broadcast(13), .none)
         check(machine.broadcast(12), .none)
@@ -139,9 +140,7 @@ extension Machine {
         _ = machine.start()
         _ = machine.connected()
         _ = machine.hello(epoch: "e", seq: 10)
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         check(machine.hello(epoch: "e", seq: 10), .sendResume(epoch: "e", after: 10))
         check(machine.broadcast(21), .none)
         check(machine.broadcast(20), .none)
@@ -153,13 +152,9 @@ extension Machine {
     }
 
     @Test func gapAnsweringAResumeIsAReset() {
-        var machine = Machine(backoff: backoff, authenticates: false)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: false)
         _ = machine.hello(epoch: "e1", seq: 5)
-        _ = machine.disconnected(random: 0.5)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0.5)
         check(machine.hello(epoch: "e2", seq: 9), .sendResume(epoch: "e1", after: 5))
         // A live broadcast after the gap's seq is passed on after the reset.
         check(machine.broadcast(10), .none)
@@ -175,9 +170,7 @@ extension Machine {
     /// connection is not made ready again (which would send the outbox again), whatever the
     /// state it comes in.
     @Test func aLiveGapIsAResetOnly() {
-        var machine = Machine(backoff: backoff, authenticates: true)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: true)
         _ = machine.hello(epoch: "e", seq: 5)
         // On a first connection, authenticating: where the stream starts moves.
         check(machine.gap(epoch: "e", seq: 8, answersResume: false), .none)
@@ -188,9 +181,7 @@ extension Machine {
         #expect(machine.isReady)
         check(machine.lastSeq, 20)
         // Authenticating on a later connection: the resume starts after the gap.
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         _ = machine.hello(epoch: "e", seq: 30)
         check(machine.gap(epoch: "e", seq: 25, answersResume: false), .deliver(reset: 25, []))
         check(machine.authenticated(), .sendResume(epoch: "e", after: 25))
@@ -204,15 +195,11 @@ extension Machine {
     /// A broadcast too large to read is given up like a gap at its seq; one whose seq is not
     /// known makes the caller refetch from where the stream stands.
     @Test func anUnreadableBroadcastIsAReset() {
-        var machine = Machine(backoff: backoff, authenticates: false)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: false)
         _ = machine.hello(epoch: "e", seq: 10)
         check(machine.unreadable(seq: 11), .deliver(reset: 11, []))
         check(machine.unreadable(seq: nil), .deliver(reset: 11, []))
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         _ = machine.hello(epoch: "e", seq: 14)
         check(machine.broadcast(13), .none)
         // The replay's 12 is unreadable: the run goes on after it.
@@ -220,9 +207,7 @@ extension Machine {
         check(delivered(machine.broadcast(14)), [14])
         // A stream that cannot be resumed starts again on the next connection.
         machine.forgetPosition()
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         check(machine.hello(epoch: "e", seq: 20), .ready(resumed: false, reset: nil, deliver: []))
     }
 
@@ -247,9 +232,7 @@ extension Machine {
     }
 
     @Test func drainingSetsTheNextWaitOnce() {
-        var machine = Machine(backoff: backoff, authenticates: false)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: false)
         _ = machine.hello(epoch: "e", seq: 0)
         machine.draining(reconnectAfterMilliseconds: 1234)
         check(machine.disconnected(random: 0), .wait(.milliseconds(1234)))
@@ -259,15 +242,11 @@ extension Machine {
     }
 
     @Test func authenticationComesBeforeResume() {
-        var machine = Machine(backoff: backoff, authenticates: true)
-        _ = machine.start()
-        _ = machine.connected()
+        var machine = connectedMachine(authenticates: true)
         check(machine.hello(epoch: "e", seq: 3), .sendAuth)
         #expect(!machine.isReady)
         check(machine.authenticated(), .ready(resumed: false, reset: nil, deliver: []))
-        _ = machine.disconnected(random: 0)
-        _ = machine.waited()
-        _ = machine.connected()
+        machine.reconnect(random: 0)
         check(machine.hello(epoch: "e", seq: 8), .sendAuth)
         check(machine.authenticated(), .sendResume(epoch: "e", after: 3))
     }

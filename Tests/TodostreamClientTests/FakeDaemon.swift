@@ -127,49 +127,40 @@ struct ClientFrame: Decodable, Sendable, Hashable {
 
 /// A `ResponseTodoViewModel` broadcast of a todo titled `"todo <seq>"`.
 func broadcastFrame(seq: UInt64, re: String? = nil) -> String {
-    let todo = Todo(
-        id: UUID(),
-        createdAt: Timestamp(millisecondsSince1970: 1_000),
-        title: "todo \(seq)",
-        subtitle: "",
-        priority: .normal,
-        completedAt: nil,
-        version: 1
-    )
-    var writer = JSONWriter()
-    writer.beginObject()
-    writer.field("seq", seq)
-    writer.field("type", "ResponseTodoViewModel")
-    if let re { writer.field("re", re) }
-    writer.key("payload")
-    writer.raw(
-        TodoWireCodec().encodeBody(.responseTodoViewModel(.success(TodoViewModel(todo: todo)))).payloadBytes ?? []
-    )
-    writer.endObject()
-    return String(decoding: writer.bytes, as: UTF8.self)
+    let todo = TodoViewModel(todo: testTodo(title: "todo \(seq)", createdAt: 1_000))
+    return frameText(seq: seq, type: "ResponseTodoViewModel", re: re, body: .responseTodoViewModel(.success(todo)))
 }
 
 /// The answer to a list request `re`: `count` todos with long titles.
 func listReplyFrame(re: String, count: Int) -> String {
     let rows = (0..<count).map { index in
-        TodoViewModel(
-            todo: Todo(
-                id: UUID(),
-                createdAt: Timestamp(millisecondsSince1970: 1_000 + Int64(index)),
-                title: String(repeating: "t", count: 100),
-                subtitle: "",
-                priority: .normal,
-                completedAt: nil,
-                version: 1
-            )
-        )
+        TodoViewModel(todo: testTodo(title: String(repeating: "t", count: 100), createdAt: 1_000 + Int64(index)))
     }
+    return frameText(seq: nil, type: "ResponseTodoViewModels", re: re, body: .responseTodoViewModels(.success(rows)))
+}
+
+/// A stored todo, fresh but for its title and creation time.
+private func testTodo(title: String, createdAt: Int64) -> Todo {
+    Todo(
+        id: UUID(),
+        createdAt: Timestamp(millisecondsSince1970: createdAt),
+        title: title,
+        subtitle: "",
+        priority: .normal,
+        completedAt: nil,
+        version: 1
+    )
+}
+
+/// A daemon frame as the daemon writes it: its envelope, then the payload of `body`.
+private func frameText(seq: UInt64?, type: String, re: String?, body: TodoWireCodec.Event) -> String {
     var writer = JSONWriter()
     writer.beginObject()
-    writer.field("type", "ResponseTodoViewModels")
-    writer.field("re", re)
+    if let seq { writer.field("seq", seq) }
+    writer.field("type", type)
+    if let re { writer.field("re", re) }
     writer.key("payload")
-    writer.raw(TodoWireCodec().encodeBody(.responseTodoViewModels(.success(rows))).payloadBytes ?? [])
+    writer.raw(TodoWireCodec().encodeBody(body).payloadBytes ?? [])
     writer.endObject()
     return String(decoding: writer.bytes, as: UTF8.self)
 }
