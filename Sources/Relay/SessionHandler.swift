@@ -99,6 +99,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private let preauthenticated: Role?
     private let remoteIP: String
     private let catalog: EventCatalog
+    private let triage: FrameTriage<Codec>
     /// This loop's sessions and counters (touched only on `loop`, like the session itself).
     private let shard: Shard<Codec>?
     private var logger: Logger
@@ -148,6 +149,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
+        self.triage = FrameTriage(catalog: services.hub.codec.catalog, codec: services.hub.codec)
         self.shard = services.hub.shard(for: loop)
         let (version, configuration) = services.settings.versionedConfiguration
         self.configurationVersion = version
@@ -470,125 +472,45 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     private func handle(frame bytes: [UInt8]) {
-        guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes) else {
-            releaseStartHold()
-            sendError(.invalidJSON, "A frame must be one JSON object (UTF-8).", nil)
-            return
-        }
-        let frame = parsed.frame
-        if frame.op.value != "resume" { releaseStartHold() }
-        let (rate, burst) = (configuration.rateLimitPerSecond, configuration.rateLimitBurst)
-        // A resume that is refused here ends the hold on live output as any other frame does.
-        guard bucket.take(rate: rate, burst: burst) else {
-            releaseStartHold()
-            sendError(.rateLimited, "Too many frames; at most \(Int(rate)) a second.", frame.id.value)
-            return
-        }
-        // Before authentication every frame but a ping and an auth is refused, whatever else is
-        // wrong with it (PROTOCOL.md §3).
-        if !authentication.isAuthenticated, !Self.isPingOrAuth(frame) {
-            releaseStartHold()
-            return refuseUnauthenticated(frame.id.value)
-        }
-        if case .invalid = frame.id {
-            releaseStartHold()
-            sendError(.invalidFrame, "id must be a string of 1 to 64 characters or an integer.", nil)
-            return
-        }
-        let re = frame.id.value
-        if case .invalid = frame.mid {
-            releaseStartHold()
-            sendError(.invalidFrame, "mid must be a string of 1 to 64 characters.", re)
-            return
-        }
-        switch (frame.type, frame.op) {
-        case (.value(let type), .absent):
-            publish(type: type, bytes: bytes, root: parsed.root, re: re, mid: frame.mid.value)
-        case (.absent, .value(let op)):
+        let verdict = triage.verdict(
+            on: bytes,
+            session: .init(isAuthenticated: authentication.isAuthenticated, role: authentication.role),
+            ratePerSecond: configuration.rateLimitPerSecond
+        ) { bucket.take(rate: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst) }
+        if verdict.endsStartHold { releaseStartHold() }
+        switch verdict {
+        case .publish(let request):
+            startRequest(request)
+        case .resume(let epoch, let after, let re):
+            resume(epoch: epoch, after: after, re: re)
+        case .control(let op, let frame, let re):
             control(op: op, frame: frame, re: re)
-        case (.absent, .absent), (.value, .value), (.value, .invalid), (.invalid, .value), (.invalid, .invalid):
-            sendError(.invalidFrame, "A frame needs exactly one of type (a string) or op (a string).", re)
-        case (.invalid, .absent):
-            sendError(.invalidFrame, "type must be a string.", re)
-        case (.absent, .invalid):
-            sendError(.invalidFrame, "op must be a string.", re)
+        case .refuse(let code, let message, let re):
+            sendError(code, message, re)
         }
-    }
-
-    /// A frame that is a `ping` or an `auth` op, and nothing else: the two a session may send
-    /// before it is authenticated.
-    private static func isPingOrAuth(_ frame: ClientFrame) -> Bool {
-        guard case .absent = frame.type, case .value(let op) = frame.op else { return false }
-        return op == "ping" || op == "auth"
-    }
-
-    private func refuseUnauthenticated(_ re: CorrelationID?) {
-        sendError(.unauthorized, "Authenticate first: {\"op\":\"auth\",\"token\":\"…\"}.", re)
     }
 
     // MARK: Publishing
 
-    private func publish(type name: String, bytes: [UInt8], root: JSONObject?, re: CorrelationID?, mid: String?) {
-        // A monitor publishes nothing: any `type` from it, known or not, is `not_permitted`.
-        guard authentication.role == .view else {
-            sendError(.notPermitted, "A monitor session may not publish events.", re)
-            return
-        }
-        guard let descriptor = catalog[name] else {
-            sendError(
-                .unknownType,
-                name.isEmpty ? "The event type is empty." : "Unknown event type \(shown(name)).",
-                re
-            )
-            return
-        }
-        guard descriptor.isPublishableByView else {
-            sendError(.notPermitted, "\(name) cannot be published by a client; only view requests can.", re)
-            return
-        }
-        let event: Codec.Event
-        do {
-            event = try services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: root)
-        } catch {
-            sendError(.invalidPayload, error.message, re)
-            return
-        }
-        startRequest(PreparedRequest(name: name, event: event, re: re, mid: mid))
-    }
-
-    struct PreparedRequest {
-        let name: String
-        let event: Codec.Event
-        let re: CorrelationID?
-        let mid: String?
-    }
+    typealias PreparedRequest = Relay.PreparedRequest<Codec.Event>
 
     /// The request `event` stands for when it may join the requests in flight: a frame that
     /// `handle` would publish without answering anything itself. Takes a rate-limit token.
     private func pipelinable(_ event: FrameEvent) -> PreparedRequest? {
         guard case .frame(let buffer) = event, authentication.isAuthenticated, authentication.role == .view,
-            !drainingSent
+            !drainingSent, let request = triage.request(in: Array(buffer.readableBytesView))
         else {
             return nil
         }
-        let bytes = Array(buffer.readableBytesView)
-        guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
-            case .value(let name) = parsed.frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
-        else { return nil }
-        let frame = parsed.frame
-        if case .invalid = frame.id { return nil }
-        if case .invalid = frame.mid { return nil }
-        guard let decoded = try? services.hub.codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root)
-        else { return nil }
         // Its answer must fit beside those on their way (checked before the token is taken:
         // a frame that waits is handled, and takes one, later).
-        guard let type = catalog.index(of: name),
+        guard let type = catalog.index(of: request.name),
             admission.mayJoin(type: type, queuedBytes: queuedBytes, budget: limits.bytes / 2)
         else { return nil }
         guard bucket.take(rate: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst) else {
             return nil
         }
-        return PreparedRequest(name: name, event: decoded, re: frame.id.value, mid: frame.mid.value)
+        return request
     }
 
     private func startRequest(_ request: PreparedRequest) {
@@ -641,62 +563,33 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             changeSubscriptions(subscribe: op == "subscribe", frame: frame, re: re)
         case "auth":
             authenticate(frame: frame, re: re)
-        case "resume":
-            guard case .value(let epoch) = frame.epoch, case .value(let after) = frame.after else {
-                sendError(.invalidFrame, "resume needs epoch (a string) and after (a non-negative integer).", re)
-                return
-            }
-            resume(epoch: epoch, after: after, re: re)
         default:
             sendError(.unknownOp, op.isEmpty ? "The op is empty." : "Unknown op \(shown(op)).", re)
         }
     }
 
     private func changeSubscriptions(subscribe: Bool, frame: ClientFrame, re: CorrelationID?) {
-        let verb = subscribe ? "subscribe" : "unsubscribe"
         let role = authentication.role
-        guard case .value(let names) = frame.types else {
-            sendError(.invalidFrame, "\(verb) needs types: a list of event type names or patterns ending in *.", re)
-            return
-        }
-        var requested: [TypePattern] = []
-        for name in names {
-            guard let pattern = TypePattern(name) else {
-                sendError(
-                    .invalidFrame,
-                    "\"\(name.prefix(80))\" is not an event type name or a pattern ending in *.",
-                    re
-                )
-                return
-            }
-            switch catalog.resolve(pattern, for: role) {
-            case .unknown:
-                sendError(.unknownType, "No event type matches \(pattern).", re)
-                return
-            case .notPermitted where subscribe:
-                sendError(.notPermitted, "\(pattern) is not delivered to \(role.rawValue) clients.", re)
-                return
-            case .notPermitted, .types:
-                if !requested.contains(pattern) { requested.append(pattern) }
-            }
-        }
-        var next = patterns
-        if subscribe {
-            for pattern in requested where !next.contains(pattern) { next.append(pattern) }
-            if next.count > configuration.maxSubscriptions {
-                sendError(.notPermitted, "At most \(configuration.maxSubscriptions) subscriptions per session.", re)
-                return
-            }
-        } else {
-            next.removeAll { requested.contains($0) }
-        }
-        applySubscriptions(next, from: role, to: role)
-        write(
-            OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
-                OutboundFrame.stringArray(&writer, "types", next.map(\.text))
-            },
-            asked: true
+        let outcome = SubscriptionChange.outcome(
+            subscribe: subscribe,
+            types: frame.types,
+            current: patterns,
+            role: role,
+            catalog: catalog,
+            maxSubscriptions: configuration.maxSubscriptions
         )
+        switch outcome {
+        case .refuse(let code, let message):
+            sendError(code, message, re)
+        case .apply(let next):
+            applySubscriptions(next, from: role, to: role)
+            write(
+                OutboundFrame.op(subscribe ? "subscribed" : "unsubscribed", correlation: re) { writer in
+                    OutboundFrame.stringArray(&writer, "types", next.map(\.text))
+                },
+                asked: true
+            )
+        }
     }
 
     /// Registers `next` with the hub, resolved for `nextRole` (the session's role from now on).
@@ -1351,11 +1244,6 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Whether the session has nothing left to do (for graceful shutdown).
     var isIdle: Bool { !resumption.isRunning && inbound.isIdle }
-}
-
-/// A name from a client as an error message shows it: at most 80 characters.
-private func shown(_ name: String) -> String {
-    name.unicodeScalars.count <= 80 ? name : String(String.UnicodeScalarView(name.unicodeScalars.prefix(80))) + "…"
 }
 
 /// Whether a frame's bytes are UTF-8. Plain ASCII, the usual case, needs no decoding: it is
