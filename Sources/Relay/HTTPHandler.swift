@@ -182,6 +182,37 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// An answer that closes the connection was written: nothing more is read or answered.
     private var answeredClosing = false
 
+    /// Whether the client may still send: a client that half-closes (`nc -N`, a script that
+    /// shuts its output after the request) gets the answer to what it sent, and the connection
+    /// closes once that answer is out, as on the NDJSON listener.
+    private enum Input {
+        case open
+        case closed
+    }
+    private var input = Input.open
+    /// An answer is being made off the loop (`/healthz`, `/metrics`).
+    private var answering = false
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard let event = event as? ChannelEvent, event == .inputClosed else {
+            return context.fireUserInboundEventTriggered(event)
+        }
+        input = .closed
+        // A request being read ends with the parser's error for it (400, closing); one being
+        // answered, or waiting for room, closes with its answer. With neither, nothing is left.
+        guard head == nil, answerWaiting == nil, !answering, !answeredClosing else { return }
+        // The last answer, kept alive before the half-close came, is out first.
+        let channel = context.channel
+        if let lastAnswer {
+            lastAnswer.whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            channel.close(promise: nil)
+        }
+    }
+
+    /// The write of the last answer's end, while it may still be on its way.
+    private var lastAnswer: EventLoopFuture<Void>?
+
     /// `Expect` (RFC 9110 §10.1.1). No route takes a body, so `100-continue` on a request
     /// that is answered anyway (`GET`, `HEAD`) gets `100 Continue` at once, and on any other
     /// method the final `405` at once, closing (the body it would send is not wanted); any
@@ -211,16 +242,19 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func route(_ context: ChannelHandlerContext, _ head: HTTPRequestHead, close: Bool = false) {
         let path = Self.path(of: head.uri)
-        // RFC 9112 §3.2: an HTTP/1.1 request without a Host, or any request with more than one,
-        // is answered 400 (the same for a WebSocket handshake, RFC 6455 §4.1).
-        let hosts = head.headers["Host"].count
-        if hosts > 1 || (hosts == 0 && (head.version.major > 1 || head.version.minor >= 1)) {
+        // RFC 9112 §3.2: an HTTP/1.1 request without a Host, or any request with more than one
+        // or with one that is no host, is answered 400 (the same for a WebSocket handshake,
+        // RFC 6455 §4.1).
+        let hosts = head.headers["Host"]
+        if hosts.count > 1 || (hosts.isEmpty && (head.version.major > 1 || head.version.minor >= 1))
+            || !hosts.allSatisfy(Self.isHost)
+        {
             return respond(
                 context,
                 head,
                 .badRequest,
                 "text/plain; charset=utf-8",
-                Array("A request needs exactly one Host header (RFC 9112 §3.2).\n".utf8),
+                Array("A request needs exactly one Host header, a host and an optional port (RFC 9112 §3.2).\n".utf8),
                 close: true
             )
         }
@@ -237,6 +271,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             )
         }
         if path == "/healthz" {
+            answering = true
             let health = self.health
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let loop = context.eventLoop
@@ -260,6 +295,7 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         if path == "/metrics" {
+            answering = true
             let metrics = self.metrics
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let loop = context.eventLoop
@@ -335,6 +371,27 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// The path of a request target, without its query: origin form (`/healthz?x`) or absolute
     /// form (`http://host:port/healthz`, which RFC 9112 §3.2.2 says a server must accept).
+    /// RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; it is
+    /// answered, and the connection closes after it (what follows could be read wrongly).
+    static func hasFaultyFraming(_ head: HTTPRequestHead) -> Bool {
+        head.version.major == 1 && head.version.minor == 0 && head.headers.contains(name: "Transfer-Encoding")
+    }
+
+    /// Whether `value` is a `Host` header's value (RFC 9112 §3.2, RFC 3986 §3.2.2): a name or
+    /// an address and an optional port, made of the characters those allow (an IPv6 address in
+    /// brackets); empty is allowed (a target with no authority).
+    static func isHost(_ value: String) -> Bool {
+        value.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return true
+            default:
+                return Array("-._~%!$&'()*+,;=:[]".utf8).contains(byte)
+            }
+        }
+    }
+
     static func path(of uri: String) -> String {
         var target = Substring(uri)
         for scheme in ["http://", "https://"] where target.lowercased().hasPrefix(scheme) {
@@ -412,7 +469,8 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "X-Frame-Options", value: "DENY")
         headers.add(name: "Referrer-Policy", value: "no-referrer")
         for (name, value) in extra { headers.add(name: name, value: value) }
-        let keepAlive = request.isKeepAlive && !close
+        answering = false
+        let keepAlive = request.isKeepAlive && !close && input == .open && !Self.hasFaultyFraming(request)
         if !keepAlive {
             answeredClosing = true
             // One Connection header: `upgrade, close` after a 426 that closes.
@@ -435,7 +493,9 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let channel = context.channel
         if keepAlive { awaitRequest(context) }
         let linger = lingerTimeout
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+        let written = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        lastAnswer = written
+        written.whenComplete { _ in
             if !keepAlive { Self.shutAfterAnswer(channel, linger: linger) }
         }
     }

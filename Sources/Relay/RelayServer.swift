@@ -164,14 +164,14 @@ public final class RelayServer<Codec: EventCodec>: Service, Sendable {
                     throw ListenError(message: "cannot serve HTTPS on \(address): no certificate configured")
                 }
                 if listeners.httpTLS {
-                    let channel = try await bind(address, kind: "HTTP") { [self] channel in
+                    let channel = try await bind(address, kind: "HTTP", halfClosure: true) { [self] channel in
                         try self.configureHTTP(channel, descriptor: nil)
                     }
                     channels.append(channel)
                     bound.http = channel.localAddress
                 } else {
                     // Plain HTTP: a WebSocket session writes its runs to its socket.
-                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: false) { [self] in
+                    let listener = try listenForStreams(address, kind: "HTTP", halfClosure: true) { [self] in
                         try self.configureHTTP($0, descriptor: $1)
                     }
                     streamListeners.append(listener)

@@ -269,7 +269,29 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is WebSocketProtocolViolation { return fail(context, .protocolError) }
+        if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {
+            return tcpInputClosed(context)
+        }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The client shut its side of the TCP connection with no close frame first (a script
+    /// that ends its input, as on the NDJSON listener): taken as a close frame with 1000, so
+    /// that what it sent before is answered, then a close frame goes out and the connection
+    /// closes. After its own close frame nothing more is coming; once the daemon's is out, the
+    /// connection is done.
+    private func tcpInputClosed(_ context: ChannelHandlerContext) {
+        switch closing {
+        case .open:
+            closing = .received(.normalClosure)
+            let channel = context.channel
+            context.eventLoop.scheduleTask(in: closeTimeout) { channel.close(promise: nil) }
+            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        case .received:
+            break
+        case .sent, .lingering:
+            context.close(promise: nil)
+        }
     }
 
     /// A close frame with `code`, the one shape of all three ways this handler closes.

@@ -365,7 +365,7 @@ final class Daemon: Sendable {
                     resyncs: hub.metrics.resynchronizations
                 )
             },
-            metrics: { [sqliteDirectory = options.storage == .sqlite ? options.dataDirectory : nil] in
+            metrics: { [sqliteDirectory = options.engine == .sqlite ? options.dataDirectory : nil] in
                 let figures = await figuresLookout.value(
                     {
                         StoreFigures(

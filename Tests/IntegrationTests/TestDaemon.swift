@@ -9,8 +9,9 @@ import TodoStore
 
 /// Runs the real daemon in-process on port 0 for the duration of `body`, then shuts it down
 /// gracefully and checks that it stopped cleanly.
+/// `storage` nil: as when nothing names an engine (SQLite, unless a PostgreSQL URL is given).
 func withDaemon(
-    storage: DaemonOptions.Storage = .memory,
+    storage: DaemonOptions.Storage? = .memory,
     dataDirectory: String? = nil,
     store: GroupCommitStore? = nil,
     _ setup: DaemonSetup = DaemonSetup(),

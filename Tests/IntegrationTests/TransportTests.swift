@@ -534,6 +534,12 @@ struct RawWebSocket {
                 ("GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", " 400 "),
                 ("GET /healthz HTTP/1.0\r\n\r\n", " 200 "),
                 ("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", " 200 "),
+                // A value that is no host and port (RFC 3986 §3.2.2).
+                ("GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.1\r\nHost: x, y\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.1\r\nHost: a\"b\r\n\r\n", " 400 "),
+                ("GET /healthz HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n", " 200 "),
+                ("GET /healthz HTTP/1.1\r\nHost: my-host.example_1:80\r\nConnection: close\r\n\r\n", " 200 "),
             ] {
                 let connection = try await TestConnection.connect(port: daemon.httpPort)
                 try await connection.send(request)
@@ -541,6 +547,21 @@ struct RawWebSocket {
                 #expect(answer.contains(expected), "\(request.debugDescription): \(answer)")
                 if expected == " 400 " { #expect(answer.contains("one Host header"), "\(answer)") }
             }
+        }
+    }
+
+    /// RFC 9112 §6.1: an HTTP/1.0 request with Transfer-Encoding has faulty framing: it is
+    /// answered, and the connection closes after the answer (the next request is not read).
+    @Test func anHTTP10RequestWithTransferEncodingClosesAfterItsAnswer() async throws {
+        try await withDaemon { daemon in
+            let connection = try await TestConnection.connect(port: daemon.httpPort)
+            try await connection.send(
+                "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                    + "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+            #expect(answer.components(separatedBy: " 200 OK").count == 2, "\(answer)")
+            #expect(answer.lowercased().contains("connection: close"), "\(answer)")
         }
     }
 

@@ -2,7 +2,9 @@
 walkthrough does them: two windows, a todo created in one appears in the other at once."""
 
 import json
+import socket
 import subprocess
+import time
 
 import pytest
 
@@ -112,3 +114,40 @@ def test_piped_nc_gets_every_answer_before_the_daemon_closes(nc, daemon):
     assert res["p2"]["type"] == "ResponseTodoViewModels"
     assert res["p3"] == {"op": "pong", "re": "p3"}
     assert [f.get("re") for f in got[1:]] == ["p1", "p2", "p3"], "answers come in the order the frames were sent"
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/metrics", "/"])
+def test_piped_nc_gets_its_http_answer_before_the_daemon_closes(nc, daemon, path):
+    """`printf 'GET /healthz …' | nc -N host port`, as a health-check script does it: nc sends
+    the request, half-closes, and prints the answer. The answer comes, then the connection
+    closes (/healthz and /metrics are answered off the loop: the half-close used to close the
+    connection first, and nc printed nothing)."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.http_port}\r\n\r\n".encode()
+    try:
+        out = subprocess.run([nc, "-N", "127.0.0.1", str(daemon.http_port)], input=request, capture_output=True,
+                             timeout=20)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the daemon did not close after the client half-closed: {e.stdout!r}")
+    head, _, body = out.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), out.stdout[:300]
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    assert len(body) == length, (len(body), length)
+
+
+def test_two_pipelined_http_requests_then_a_half_close_get_both_answers(daemon):
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    assert got.count(b"HTTP/1.1 200 OK") == 2, got[:500]
+    assert b'"storage":"ok"' in got and b"# TYPE" in got
+
+
+def test_an_idle_http_connection_that_half_closes_is_closed(daemon):
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as s:
+        s.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        assert s.recv(100) == b""
+        assert time.monotonic() - started < 5

@@ -2,6 +2,7 @@
 nc flow, and a hand-written RFC 6455 client over a plain socket for the protocol violations."""
 
 import json
+import socket
 import struct
 import threading
 
@@ -239,6 +240,36 @@ def test_close_without_a_code_is_answered(raw):
     got, _ = raw.expect_close()
     assert got in (None, 1000), got
     raw.expect_eof()
+
+
+def test_a_tcp_half_close_without_a_close_frame_gets_every_answer_then_a_close(raw, daemon):
+    """A client that shuts its side of the TCP connection after its requests, with no close
+    frame (a script whose input ended), is answered as a client that sent a close frame is, and
+    as `nc -N` is on the NDJSON listener: every request it sent, a write among them, then a close
+    frame (1000) and the end of the connection. (The answers used to be dropped, the write applied.)"""
+    detail = raw_request(raw, {"type": "RequestNewTodoDetailViewModel", "id": "new"})
+    raw.send_text(json.dumps({"type": "RequestUpdateDetailViewModel", "id": "save",
+                              "payload": {**detail["payload"], "title": "half-closed"}}))
+    raw.send_text('{"type":"RequestTodoViewModels","id":"list"}')
+    raw.send_text('{"op":"ping","id":"last"}')
+    raw.sock.shutdown(socket.SHUT_WR)
+    answers = []
+    while True:
+        op, payload = raw.recv_message()
+        if op == 8:
+            assert struct.unpack("!H", payload[:2])[0] == 1000, payload
+            break
+        answers.append(json.loads(payload))
+    assert [a.get("re") for a in answers] == ["save", "save", "list", "last"], answers
+    assert answers[0]["type"] == "ResponseUpdateDetailViewModel" and "error" not in answers[0], answers[0]
+    assert answers[1]["type"] == "ResponseTodoViewModel" and "seq" in answers[1], answers[1]
+    assert [t["todo"]["title"] for t in answers[2]["payload"]] == ["half-closed"], answers[2]
+    raw.expect_eof()
+
+
+def raw_request(raw, frame: dict) -> dict:
+    raw.send_text(json.dumps(frame))
+    return raw.expect_json(lambda f: f.get("re") == frame["id"], what=f"the answer to {frame['id']}")
 
 
 @pytest.mark.parametrize("code", [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000])
