@@ -476,10 +476,14 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             // One Connection header: `upgrade, close` after a 426 that closes.
             let tokens = headers["Connection"] + ["close"]
             headers.replaceOrAdd(name: "Connection", value: tokens.joined(separator: ", "))
+        } else if request.version.minor == 0 {
+            // An HTTP/1.0 client closes after the answer unless told it may send another.
+            headers.add(name: "Connection", value: "keep-alive")
         }
         send(
             context,
-            HTTPResponseHead(version: request.version, status: status, headers: headers),
+            // RFC 9110 §6.2: the answer carries the highest version the daemon speaks.
+            HTTPResponseHead(version: .http1_1, status: status, headers: headers),
             body: request.method == .HEAD ? nil : body,
             keepAlive: keepAlive
         )
