@@ -1055,12 +1055,16 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Whether a look at a backlog over the bound is scheduled, and how large it was then.
     private enum StallWatch {
         case idle
-        case watching(unsentBefore: Int)
+        case watching(unsentBefore: Int, acknowledgedBefore: UInt64)
     }
 
     /// A single write may leave more unsent than `max_queue_bytes` (a batch written while the
     /// channel was writable): then, a little later, a client that took nothing of it in the
-    /// meantime is cut; one that is reading is looked at again.
+    /// meantime is cut; one that is reading is looked at again. Taking is seen in either of
+    /// two ways: less is unsent here, or the kernel has had more acknowledged by the client
+    /// (`TCP_INFO`). The kernel takes more from the daemon only once a good part of its send
+    /// buffer is free (a few MiB when it has grown), so a client reading a large answer at
+    /// 1 MB/s could go a second without the first changing, and was cut.
     private func watchForStall() {
         guard case .idle = stallWatch, !lifecycle.isClosing else { return }
         let limit = limits.bytes
@@ -1068,18 +1072,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // here and the channel is writable, so less than the bound is unsent.
         if outbound.isEmpty, limit >= highWaterMark, channelWritable { return }
         guard queuedBytes > limit else { return }
-        stallWatch = .watching(unsentBefore: queuedBytes)
+        stallWatch = .watching(unsentBefore: queuedBytes, acknowledgedBefore: acknowledgedBytes(context?.channel))
         let bound = NIOLoopBound(self, eventLoop: loop)
         loop.scheduleTask(in: .milliseconds(Int64(configuration.slowConsumerCheckMs))) { bound.value.checkStall() }
     }
 
     private func checkStall() {
-        guard case .watching(let before) = stallWatch else { return }
+        guard case .watching(let before, let acknowledgedBefore) = stallWatch else { return }
         stallWatch = .idle
-        guard !lifecycle.isClosing, context != nil else { return }
+        guard !lifecycle.isClosing, let context else { return }
         let unsent = queuedBytes
         guard unsent > limits.bytes else { return }
-        if unsent >= before {
+        if unsent >= before, acknowledgedBytes(context.channel) <= acknowledgedBefore {
             slowConsumer()
         } else {
             watchForStall()
@@ -1187,7 +1191,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// The socket's `tcpi_bytes_acked` (Linux 4.2 and later; 0 where unknown). Asked on the
     /// channel's own loop, where the answer comes at once.
-    private func acknowledgedBytes(_ channel: any Channel) -> UInt64 {
+    private func acknowledgedBytes(_ channel: (any Channel)?) -> UInt64 {
         #if os(Linux)
         guard let provider = channel as? any SocketOptionProvider else { return 0 }
         let answer: EventLoopFuture<KernelTCPInfo> = provider.unsafeGetSocketOption(

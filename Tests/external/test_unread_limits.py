@@ -169,3 +169,50 @@ def test_what_a_cut_client_still_sends_costs_the_daemon_next_to_nothing(daemon_f
     frames = slow.expect_closed(timeout=60)
     codes = [f["error"]["code"] for f in frames if isinstance(f.get("error"), dict)]
     assert codes[-1:] == ["slow_consumer"], f"the last frame is the notice: {codes[-3:]}"
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_a_client_reading_a_large_answer_steadily_is_not_cut(daemon_factory, tmp_path, transport):
+    """A list answer far over the outbound bound, read at about 2 MB/s, comes whole and is not
+    cut (docs/PROTOCOL.md §4: answers the client asked for are taken at its own pace). The
+    kernel takes more of it only once a good part of its grown send buffer is free, which at
+    that pace can take longer than `slow_consumer_check_ms`: the client's reading shows in what
+    the kernel has had acknowledged, and it was cut for it."""
+    config = tmp_path / "limits.yaml"
+    config.write_text("limits:\n  slow_consumer_check_ms: 200\n")
+    daemon = daemon_factory("--config", str(config), "--storage", "memory", "--rate-limit", "1000000")
+    writer = LineClient(daemon.tcp_port, name="writer")
+    writer.send({"op": "unsubscribe", "types": ["Response*"], "id": "quiet"})
+    writer.expect(lambda f: f.get("re") == "quiet")
+    count = 800  # about 12 KB each: a 10 MB list
+    lines = b"".join(
+        json.dumps({"type": "RequestUpdateDetailViewModel", "id": n, "payload": {
+            "todo": {"id": str(uuid.uuid4()), "version": 0}, "title": f"{n} " + "T" * 990,
+            "subtitle": "S" * 10_000, "priority": "normal"}}).encode() + b"\n"
+        for n in range(count))
+    threading.Thread(target=writer.sock.sendall, args=(lines,), daemon=True).start()
+    writer.expect(lambda f: f.get("re") == count - 1 and f.get("type") == "ResponseTodoViewModel", timeout=60)
+    writer.close()
+
+    if transport == "tcp":
+        reader = socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=10)
+        reader.sendall(b'{"type":"RequestTodoViewModels","id":"list"}\n')
+    else:
+        from helpers import RawWS
+        ws = RawWS(daemon.http_port)
+        ws.send_text('{"type":"RequestTodoViewModels","id":"list"}')
+        reader = ws.sock
+    received = bytearray(b"" if transport == "tcp" else ws.buf)
+    started = time.monotonic()
+    while time.monotonic() - started < 30:
+        chunk = reader.recv(32_768)
+        if not chunk:
+            break
+        received += chunk
+        if received.count(b"\n") >= 2 or (transport == "ws" and len(received) > 1_000_000 and received.endswith(b"]}")):
+            break
+        time.sleep(0.016)  # about 2 MB/s
+    reader.close()
+    assert b"slow_consumer" not in received, received[-300:]
+    assert received.rstrip().endswith(b"]}"), (len(received), received[-200:])
+    assert received.count(b'"todo":') == count, received.count(b'"todo":')
