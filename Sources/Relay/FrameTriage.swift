@@ -14,14 +14,26 @@ struct PreparedRequest<Event: StreamEvent> {
 /// PROTOCOL.md §3 and §7 give them: one JSON object in UTF-8; the rate limit; before
 /// authentication, every frame but `ping` and `auth` is `unauthorized`, whatever else is wrong
 /// with it; then `id` and `mid`; then exactly one of `type` and `op`. A publish is checked
-/// against the session's role and the catalog, then decoded; a `resume` needs its `epoch` and
+/// against the session's role and the catalog (its payload is decoded by the session:
+/// `prepared`); a `resume` needs its `epoch` and
 /// `after`.
-struct FrameTriage<Codec: EventCodec> {
+///
+/// Not generic over the app's codec: a publish's payload is decoded by the session
+/// (`prepared`), so that the verdict on every frame, a ping's included, is a plain value, with no
+/// generic type to look up or copy through its metadata (that cost a ping about 1 µs).
+struct FrameTriage {
     let catalog: EventCatalog
-    let codec: Codec
+
+    /// A publish that passed every check before its payload's: what decoding it needs.
+    struct Publish {
+        let name: String
+        let root: JSONObject?
+        let re: CorrelationID?
+        let mid: String?
+    }
 
     enum Verdict {
-        case publish(PreparedRequest<Codec.Event>)
+        case publish(Publish)
         case resume(epoch: String, after: UInt64, re: CorrelationID?)
         /// Any other op (`ping`, `subscribe`, `unsubscribe`, `auth`, or one not known).
         case control(op: String, frame: ClientFrame, re: CorrelationID?)
@@ -70,7 +82,6 @@ struct FrameTriage<Codec: EventCodec> {
         case (.value(let type), .absent):
             return publish(
                 type: type,
-                bytes: bytes,
                 root: parsed.root,
                 re: re,
                 mid: frame.mid.value,
@@ -96,23 +107,32 @@ struct FrameTriage<Codec: EventCodec> {
         }
     }
 
-    /// The request in `bytes` when it is one that `verdict` would publish for an authenticated
-    /// view session, nil otherwise (what the session's fast path takes; it handles the rest one
-    /// frame at a time). Takes no token.
-    func request(in bytes: [UInt8]) -> PreparedRequest<Codec.Event>? {
+    /// The publish in `bytes` when it is one that `verdict` would publish for an authenticated
+    /// view session, before its payload is decoded; nil otherwise (what the session's fast path
+    /// takes; it handles the rest one frame at a time). Takes no token.
+    func publish(in bytes: [UInt8]) -> Publish? {
         guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
             case .value(let name) = parsed.frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
         else { return nil }
         let frame = parsed.frame
         if case .invalid = frame.id { return nil }
         if case .invalid = frame.mid { return nil }
-        guard let event = try? codec.decodeRequest(named: name, frame: bytes, parsed: parsed.root) else { return nil }
-        return PreparedRequest(name: name, event: event, re: frame.id.value, mid: frame.mid.value)
+        return Publish(name: name, root: parsed.root, re: frame.id.value, mid: frame.mid.value)
+    }
+
+    /// `publish`'s request with its payload decoded by `codec` (`bytes`: the whole frame), or
+    /// the refusal (`invalid_payload`, its message naming the field).
+    static func prepared<Codec: EventCodec>(
+        _ publish: Publish,
+        bytes: [UInt8],
+        codec: Codec
+    ) throws(PayloadError) -> PreparedRequest<Codec.Event> {
+        let event = try codec.decodeRequest(named: publish.name, frame: bytes, parsed: publish.root)
+        return PreparedRequest(name: publish.name, event: event, re: publish.re, mid: publish.mid)
     }
 
     private func publish(
         type name: String,
-        bytes: [UInt8],
         root: JSONObject?,
         re: CorrelationID?,
         mid: String?,
@@ -130,12 +150,7 @@ struct FrameTriage<Codec: EventCodec> {
         guard descriptor.isPublishableByView else {
             return .refuse(.notPermitted, "\(name) cannot be published by a client; only view requests can.", re: re)
         }
-        do {
-            let event = try codec.decodeRequest(named: name, frame: bytes, parsed: root)
-            return .publish(PreparedRequest(name: name, event: event, re: re, mid: mid))
-        } catch {
-            return .refuse(.invalidPayload, error.message, re: re)
-        }
+        return .publish(Publish(name: name, root: root, re: re, mid: mid))
     }
 
     /// A frame that is a `ping` or an `auth` op, and nothing else: the two a session may send

@@ -99,7 +99,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     private let preauthenticated: Role?
     private let remoteIP: String
     private let catalog: EventCatalog
-    private let triage: FrameTriage<Codec>
+    private let triage: FrameTriage
     /// This loop's sessions and counters (touched only on `loop`, like the session itself).
     private let shard: Shard<Codec>?
     private var logger: Logger
@@ -149,7 +149,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         self.remoteIP = remoteIP
         self.startMode = startMode
         self.catalog = services.hub.codec.catalog
-        self.triage = FrameTriage(catalog: services.hub.codec.catalog, codec: services.hub.codec)
+        self.triage = FrameTriage(catalog: services.hub.codec.catalog)
         self.shard = services.hub.shard(for: loop)
         let (version, configuration) = services.settings.versionedConfiguration
         self.configurationVersion = version
@@ -479,8 +479,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         ) { bucket.take(rate: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst) }
         if verdict.endsStartHold { releaseStartHold() }
         switch verdict {
-        case .publish(let request):
-            startRequest(request)
+        case .publish(let publish):
+            do {
+                startRequest(try FrameTriage.prepared(publish, bytes: bytes, codec: services.hub.codec))
+            } catch {
+                sendError(.invalidPayload, error.message, publish.re)
+            }
         case .resume(let epoch, let after, let re):
             resume(epoch: epoch, after: after, re: re)
         case .control(let op, let frame, let re):
@@ -498,10 +502,14 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// `handle` would publish without answering anything itself. Takes a rate-limit token.
     private func pipelinable(_ event: FrameEvent) -> PreparedRequest? {
         guard case .frame(let buffer) = event, authentication.isAuthenticated, authentication.role == .view,
-            !drainingSent, let request = triage.request(in: Array(buffer.readableBytesView))
+            !drainingSent
         else {
             return nil
         }
+        let bytes = Array(buffer.readableBytesView)
+        guard let publish = triage.publish(in: bytes),
+            let request = try? FrameTriage.prepared(publish, bytes: bytes, codec: services.hub.codec)
+        else { return nil }
         // Its answer must fit beside those on their way (checked before the token is taken:
         // a frame that waits is handled, and takes one, later).
         guard let type = catalog.index(of: request.name),

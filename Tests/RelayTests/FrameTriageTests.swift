@@ -30,17 +30,17 @@ import Testing
         func encodeBody(_ event: Event) -> EncodedBody { .payload([]) }
     }
 
-    private let triage = FrameTriage(catalog: Codec().catalog, codec: Codec())
-    private let view = FrameTriage<Codec>.Session(isAuthenticated: true, role: .view)
+    private let triage = FrameTriage(catalog: Codec().catalog)
+    private let view = FrameTriage.Session(isAuthenticated: true, role: .view)
 
     /// The verdict on `text`; `tokens` says whether a rate-limit token is left, and how many
     /// were taken is counted.
     private func verdict(
         _ text: String,
-        session: FrameTriage<Codec>.Session? = nil,
+        session: FrameTriage.Session? = nil,
         tokens: Bool = true,
         taken: inout Int
-    ) -> FrameTriage<Codec>.Verdict {
+    ) -> FrameTriage.Verdict {
         triage.verdict(on: Array(text.utf8), session: session ?? view, ratePerSecond: 50) {
             taken += 1
             return tokens
@@ -49,7 +49,7 @@ import Testing
 
     private func refusal(
         _ text: String,
-        session: FrameTriage<Codec>.Session? = nil,
+        session: FrameTriage.Session? = nil,
         tokens: Bool = true
     ) -> (code: String, message: String, re: CorrelationID?)? {
         var taken = 0
@@ -61,11 +61,14 @@ import Testing
 
     @Test func aViewRequestIsPublishedDecodedOnceWithItsIdAndMid() throws {
         var taken = 0
-        let result = verdict(#"{"type":"RequestThing","id":7,"mid":"m-1","payload":{"n":3}}"#, taken: &taken)
-        guard case .publish(let request) = result else {
+        let text = #"{"type":"RequestThing","id":7,"mid":"m-1","payload":{"n":3}}"#
+        let result = verdict(text, taken: &taken)
+        guard case .publish(let publish) = result else {
             Issue.record("not published: \(result)")
             return
         }
+        #expect(publish.root != nil, "the frame is parsed once, and its payload decoded from that")
+        let request = try FrameTriage.prepared(publish, bytes: Array(text.utf8), codec: Codec())
         #expect(request.name == "RequestThing")
         #expect(request.event.n == 3)
         #expect(request.re == .integer(7))
@@ -103,7 +106,7 @@ import Testing
     }
 
     @Test func beforeAuthenticationOnlyPingAndAuthPassWhateverElseIsWrong() {
-        let waiting = FrameTriage<Codec>.Session(isAuthenticated: false, role: .view)
+        let waiting = FrameTriage.Session(isAuthenticated: false, role: .view)
         for text in [
             #"{"type":"RequestThing","payload":{"n":1},"id":"x"}"#, #"{"op":"resume","id":"x"}"#,
             #"{"op":"ping","type":"RequestThing","id":"x"}"#, #"{"id":"x","mid":5}"#,
@@ -139,7 +142,7 @@ import Testing
     }
 
     @Test func aPublishIsCheckedAgainstTheRoleThenTheCatalogThenItsPayload() {
-        let monitor = FrameTriage<Codec>.Session(isAuthenticated: true, role: .monitor)
+        let monitor = FrameTriage.Session(isAuthenticated: true, role: .monitor)
         #expect(refusal(#"{"type":"Nothing"}"#, session: monitor)?.code == "not_permitted")
         #expect(refusal(#"{"type":"Nothing"}"#)?.message == #"Unknown event type Nothing."#)
         #expect(refusal(#"{"type":""}"#)?.message == "The event type is empty.")
@@ -149,10 +152,17 @@ import Testing
         )
         #expect(refusal(#"{"type":"ResponseThing"}"#)?.code == "not_permitted")
         #expect(refusal(#"{"type":"RequestModel"}"#)?.code == "not_permitted")
-        let payload = refusal(#"{"type":"RequestThing","id":"p","payload":{"n":"three"}}"#)
-        #expect(payload?.code == "invalid_payload")
-        #expect(payload?.message == "payload.n must be an integer")
-        #expect(payload?.re == .string("p"))
+        // The payload last, when the session decodes it.
+        let text = #"{"type":"RequestThing","id":"p","payload":{"n":"three"}}"#
+        var taken = 0
+        guard case .publish(let publish) = verdict(text, taken: &taken) else {
+            Issue.record("a bad payload refused before it is decoded")
+            return
+        }
+        #expect(publish.re == .string("p"))
+        #expect(throws: PayloadError(message: "payload.n must be an integer")) {
+            try FrameTriage.prepared(publish, bytes: Array(text.utf8), codec: Codec())
+        }
     }
 
     /// A resume keeps the start hold, unless it is refused; one without its fields is.
@@ -194,10 +204,11 @@ import Testing
         }
     }
 
-    /// The fast path takes a frame only when the verdict would publish it.
+    /// The fast path takes a frame only when the verdict would publish it, and takes the same.
     @Test func theFastPathTakesExactlyTheFramesThatWouldBePublished() {
         let frames = [
             #"{"type":"RequestThing","id":1,"payload":{"n":1}}"#, #"{"type":"RequestThing","payload":{"n":"x"}}"#,
+            #"{"type":"RequestThing","id":"q","mid":"m","payload":{"n":2}}"#,
             #"{"type":"ResponseThing"}"#, #"{"type":"RequestThing","id":"","payload":{"n":1}}"#,
             #"{"type":"RequestThing","mid":"","payload":{"n":1}}"#, #"{"op":"ping"}"#, "not json",
             #"{"type":"Nothing"}"#, #"{"type":"RequestThing","op":"ping","payload":{"n":1}}"#,
@@ -206,7 +217,11 @@ import Testing
             var taken = 0
             let published: Bool
             if case .publish = verdict(text, taken: &taken) { published = true } else { published = false }
-            #expect((triage.request(in: Array(text.utf8)) != nil) == published, "\(text)")
+            let fast = triage.publish(in: Array(text.utf8))
+            #expect((fast != nil) == published, "\(text)")
+            if case .publish(let publish) = verdict(text, taken: &taken), let fast {
+                #expect(fast.name == publish.name && fast.re == publish.re && fast.mid == publish.mid, "\(text)")
+            }
         }
     }
 }
