@@ -14,13 +14,11 @@ struct PreparedRequest<Event: StreamEvent> {
 /// PROTOCOL.md §3 and §7 give them: one JSON object in UTF-8; the rate limit; before
 /// authentication, every frame but `ping` and `auth` is `unauthorized`, whatever else is wrong
 /// with it; then `id` and `mid`; then exactly one of `type` and `op`. A publish is checked
-/// against the session's role and the catalog (its payload is decoded by the session:
-/// `prepared`); a `resume` needs its `epoch` and
-/// `after`.
+/// against the session's role and the catalog; a `resume` needs its `epoch` and `after`.
 ///
-/// Not generic over the app's codec: a publish's payload is decoded by the session
-/// (`prepared`), so that the verdict on every frame, a ping's included, is a plain value, with no
-/// generic type to look up or copy through its metadata (that cost a ping about 1 µs).
+/// Not generic over the app's codec: a publish's payload is decoded last, by the session
+/// (`prepared`), so that the verdict on every frame, a ping's included, is a plain value, with
+/// no generic type to look up or copy through its metadata (that cost a ping about 1 µs).
 struct FrameTriage {
     let catalog: EventCatalog
 
