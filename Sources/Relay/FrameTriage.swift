@@ -109,13 +109,11 @@ struct FrameTriage {
     /// view session, before its payload is decoded; nil otherwise (what the session's fast path
     /// takes; it handles the rest one frame at a time). Takes no token.
     func publish(in bytes: [UInt8]) -> Publish? {
-        guard isValidUTF8(bytes), let parsed = ClientFrame.parse(bytes), case .absent = parsed.frame.op,
-            case .value(let name) = parsed.frame.type, let descriptor = catalog[name], descriptor.isPublishableByView
-        else { return nil }
-        let frame = parsed.frame
-        if case .invalid = frame.id { return nil }
-        if case .invalid = frame.mid { return nil }
-        return Publish(name: name, root: parsed.root, re: frame.id.value, mid: frame.mid.value)
+        let verdict = verdict(on: bytes, session: Session(isAuthenticated: true, role: .view), ratePerSecond: 0) {
+            true
+        }
+        guard case .publish(let publish) = verdict else { return nil }
+        return publish
     }
 
     /// `publish`'s request with its payload decoded by `codec` (`bytes`: the whole frame), or

@@ -369,8 +369,6 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         respond(context, head, .notFound, "text/plain; charset=utf-8", Array("Not found.\n".utf8))
     }
 
-    /// The path of a request target, without its query: origin form (`/healthz?x`) or absolute
-    /// form (`http://host:port/healthz`, which RFC 9112 §3.2.2 says a server must accept).
     /// RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; it is
     /// answered, and the connection closes after it (what follows could be read wrongly).
     static func hasFaultyFraming(_ head: HTTPRequestHead) -> Bool {
@@ -387,11 +385,16 @@ final class HTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 UInt8(ascii: "0")...UInt8(ascii: "9"):
                 return true
             default:
-                return Array("-._~%!$&'()*+,;=:[]".utf8).contains(byte)
+                return hostPunctuation.contains(byte)
             }
         }
     }
 
+    /// The characters other than letters and digits that a `Host` value may hold.
+    private static let hostPunctuation = Set("-._~%!$&'()*+,;=:[]".utf8)
+
+    /// The path of a request target, without its query: origin form (`/healthz?x`) or absolute
+    /// form (`http://host:port/healthz`, which RFC 9112 §3.2.2 says a server must accept).
     static func path(of uri: String) -> String {
         var target = Substring(uri)
         for scheme in ["http://", "https://"] where target.lowercased().hasPrefix(scheme) {

@@ -258,9 +258,14 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             }
             code = WebSocketErrorCode(codeNumber: Int(raw))
         }
-        // Like a TCP client's half-close: what it sent before is answered, then the close is
-        // echoed (RFC 6455 §5.5.1 lets the echo wait for the messages being sent). The session
-        // closes the channel once it has answered; `close(context:mode:promise:)` echoes.
+        closeReceived(code, context)
+    }
+
+    /// The client asked for the close (`code`: what to echo). Like a TCP client's half-close:
+    /// what it sent before is answered, then the close is echoed (RFC 6455 §5.5.1 lets the echo
+    /// wait for the messages being sent). The session closes the channel once it has answered,
+    /// or `closeTimeout` does; `close(context:mode:promise:)` echoes.
+    private func closeReceived(_ code: WebSocketErrorCode, _ context: ChannelHandlerContext) {
         closing = .received(code)
         let channel = context.channel
         context.eventLoop.scheduleTask(in: closeTimeout) { channel.close(promise: nil) }
@@ -283,10 +288,7 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private func tcpInputClosed(_ context: ChannelHandlerContext) {
         switch closing {
         case .open:
-            closing = .received(.normalClosure)
-            let channel = context.channel
-            context.eventLoop.scheduleTask(in: closeTimeout) { channel.close(promise: nil) }
-            context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+            closeReceived(.normalClosure, context)
         case .received:
             break
         case .sent, .lingering:

@@ -1002,11 +1002,20 @@ func eventually(
 }
 
 func httpGet(port: Int, path: String, headers: [String] = []) async throws -> HTTPResult {
-    let connection = try await TestConnection.connect(port: port)
     let extra = headers.map { $0 + "\r\n" }.joined()
-    try await connection.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\(extra)\r\n")
-    let response = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+    let response = try await httpExchange(
+        port: port,
+        "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\(extra)\r\n"
+    )
     let status = Int(response.split(separator: " ").dropFirst().first ?? "") ?? 0
     let body = response.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
     return HTTPResult(status: status, body: body)
+}
+
+/// Sends `request` (raw bytes of HTTP, as a client would) on a connection of its own, and
+/// returns everything the daemon sent until it closed the connection.
+func httpExchange(port: Int, _ request: String) async throws -> String {
+    let connection = try await TestConnection.connect(port: port)
+    try await connection.send(request)
+    return String(decoding: try await connection.waitForClose(), as: UTF8.self)
 }

@@ -541,9 +541,7 @@ struct RawWebSocket {
                 ("GET /healthz HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n", " 200 "),
                 ("GET /healthz HTTP/1.1\r\nHost: my-host.example_1:80\r\nConnection: close\r\n\r\n", " 200 "),
             ] {
-                let connection = try await TestConnection.connect(port: daemon.httpPort)
-                try await connection.send(request)
-                let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
+                let answer = try await httpExchange(port: daemon.httpPort, request)
                 #expect(answer.contains(expected), "\(request.debugDescription): \(answer)")
                 if expected == " 400 " { #expect(answer.contains("one Host header"), "\(answer)") }
             }
@@ -554,12 +552,11 @@ struct RawWebSocket {
     /// answered, and the connection closes after the answer (the next request is not read).
     @Test func anHTTP10RequestWithTransferEncodingClosesAfterItsAnswer() async throws {
         try await withDaemon { daemon in
-            let connection = try await TestConnection.connect(port: daemon.httpPort)
-            try await connection.send(
+            let answer = try await httpExchange(
+                port: daemon.httpPort,
                 "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
                     + "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
             )
-            let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
             #expect(answer.components(separatedBy: " 200 OK").count == 2, "\(answer)")
             #expect(answer.lowercased().contains("connection: close"), "\(answer)")
         }
@@ -586,11 +583,10 @@ struct RawWebSocket {
     @Test func theClientModuleMayBeImportedFromAnotherOrigin() async throws {
         try await withDaemon { daemon in
             for (path, shared) in [("/todostream.js", true), ("/", false), ("/healthz", false)] {
-                let connection = try await TestConnection.connect(port: daemon.httpPort)
-                try await connection.send(
+                let answer = try await httpExchange(
+                    port: daemon.httpPort,
                     "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://elsewhere.example\r\nConnection: close\r\n\r\n"
                 )
-                let answer = String(decoding: try await connection.waitForClose(), as: UTF8.self)
                 let header = answer.lowercased().contains("\r\naccess-control-allow-origin: *\r\n")
                 #expect(header == shared, "\(path): \(answer.prefix(600))")
             }
