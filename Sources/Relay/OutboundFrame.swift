@@ -161,7 +161,7 @@ enum OutboundFrame {
 
     /// The bytes of a JSON array of `elements`, counted by index over the array's storage (a
     /// list answer has one element per row, a thousand or more).
-    private static func arrayBytes(_ elements: [[UInt8]]) -> Int {
+    static func arrayBytes(_ elements: [[UInt8]]) -> Int {
         elements.withUnsafeBufferPointer { elements in
             var total = 2 + elements.count
             for index in elements.indices { total += elements[index].count }

@@ -6,8 +6,13 @@ import NIOCore
 /// below the high-water mark); the rest wait here. So what sits in the channel is at most about
 /// one high-water mark of complete frames, and a cut can drop everything still here and put the
 /// `slow_consumer` notice right behind the last complete frame the client will receive.
+///
+/// A frame may come in parts (a large list answer: its head, the rows it shares with other
+/// answers, its end), each a buffer of its own here, the parts after the first marked
+/// `continuation`. A cut drops whole frames only: the parts of a frame whose first part was
+/// handed on already stay, to go out ahead of the notice.
 struct OutboundQueue {
-    private var buffers = CircularBuffer<(buffer: ByteBuffer, frames: Int)>()
+    private var buffers = CircularBuffer<(buffer: ByteBuffer, frames: Int, continuation: Bool)>()
     /// Bytes and frames waiting here.
     private(set) var bytes = 0
     private(set) var frames = 0
@@ -39,10 +44,11 @@ struct OutboundQueue {
         channelBacklog: Int,
         maxBytes: Int,
         maxFrames: Int,
-        asked: Bool = false
+        asked: Bool = false,
+        continuation: Bool = false
     ) -> WriteAction {
         if buffers.isEmpty, channelWritable { return .write }
-        buffers.append((buffer, count))
+        buffers.append((buffer, count, continuation))
         bytes += buffer.readableBytes
         frames += count
         if !asked, bytes + channelBacklog > maxBytes || frames > maxFrames { return .overflow }
@@ -57,13 +63,21 @@ struct OutboundQueue {
         return first.buffer
     }
 
-    /// Drops every frame still waiting (the client is being cut); returns how many.
-    mutating func dropAll() -> Int {
+    /// Drops every frame still waiting (the client is being cut): returns how many, and the
+    /// parts that finish a frame already begun (the queue's first buffers, when they are
+    /// continuations), which must still go out, in order, before anything else.
+    mutating func dropAll() -> (dropped: Int, unfinished: [ByteBuffer]) {
+        var unfinished: [ByteBuffer] = []
+        while let first = buffers.first, first.continuation {
+            unfinished.append(first.buffer)
+            frames -= first.frames
+            buffers.removeFirst()
+        }
         defer {
             buffers.removeAll()
             bytes = 0
             frames = 0
         }
-        return frames
+        return (frames, unfinished)
     }
 }

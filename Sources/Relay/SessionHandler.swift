@@ -868,12 +868,52 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     }
 
     /// Queues a reply (or a monitor's copy); returns true like `enqueueBroadcast`.
-    func enqueueReply(_ frame: ByteBuffer) -> Bool {
+    /// `rest`: the frame's other parts when `frame` is only its head (a large list answer,
+    /// whose rows every answer of the same list on this loop shares: `SharedListBody`).
+    func enqueueReply(_ frame: ByteBuffer, rest: [ByteBuffer] = []) -> Bool {
         guard !lifecycle.isClosing else { return false }
-        admission.replyWritten(bytes: frame.readableBytes)
-        if hold(frame, seq: nil) { return false }
-        write(frame, asked: true)
+        var bytes = frame.readableBytes
+        for part in rest { bytes += part.readableBytes }
+        admission.replyWritten(bytes: bytes)
+        if !rest.isEmpty, takesFrameParts {
+            // Written part by part: what the connection holds of the rows is the shared buffer
+            // (gathered for the socket, queued, or in the channel), never a copy of its own.
+            write(frame, asked: true)
+            for part in rest {
+                guard transport == "tls", part.readableBytes > SharedListBody.tlsSlice else {
+                    write(part, frames: 0, asked: true, continuation: true)
+                    continue
+                }
+                // TLS encrypts what it is handed at its flush, into buffers of the connection's
+                // own: handed in slices (of the shared storage), only as the channel takes
+                // them, it holds about a high-water mark of ciphertext, not a copy of the rows.
+                var rows = part
+                while rows.readableBytes > 0,
+                    let slice = rows.readSlice(length: min(SharedListBody.tlsSlice, rows.readableBytes))
+                {
+                    // Flushed one by one: only a flush makes the channel unwritable, so that
+                    // the slices after it wait in the session's own queue.
+                    write(slice, frames: 0, flushing: true, asked: true, continuation: true)
+                }
+            }
+            return markPending()
+        }
+        var whole = frame
+        if !rest.isEmpty {
+            whole = ByteBufferAllocator().buffer(capacity: bytes)
+            whole.writeImmutableBuffer(frame)
+            for part in rest { whole.writeImmutableBuffer(part) }
+        }
+        if hold(whole, seq: nil) { return false }
+        write(whole, asked: true)
         return markPending()
+    }
+
+    /// Whether a frame may go out in parts now: on TCP and TLS (a WebSocket message is framed
+    /// whole), not rewritten for a monitor, not held back (a hold keeps whole frames).
+    private var takesFrameParts: Bool {
+        guard case .lines = runFraming, !isHoldingLiveOutput else { return false }
+        return authentication.role != .monitor || services.settings.monitorRedactor == nil
     }
 
     private func markPending() -> Bool {
@@ -937,7 +977,13 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     /// Hands `buffer` to the channel, or queues it (see `OutboundQueue`). With `flushing`, a
     /// buffer handed to the channel is flushed with it.
-    private func write(_ buffer: ByteBuffer, frames: Int = 1, flushing: Bool = false, asked: Bool = false) {
+    private func write(
+        _ buffer: ByteBuffer,
+        frames: Int = 1,
+        flushing: Bool = false,
+        asked: Bool = false,
+        continuation: Bool = false
+    ) {
         guard let context, !lifecycle.isClosing else { return }
         var bytes = buffer
         if authentication.role == .monitor, let redactor = services.settings.monitorRedactor {
@@ -971,7 +1017,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             channelBacklog: outbound.isEmpty ? 0 : channelBacklog,
             maxBytes: limits.bytes,
             maxFrames: limits.frames,
-            asked: asked
+            asked: asked,
+            continuation: continuation
         ) {
         case .write where flushing:
             channelWrite(context, bytes, flush: true)
@@ -1136,8 +1183,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Others are never held up by this client.
     private func slowConsumer() {
         guard let context, case .cutSlowConsumer = closeSession(.slowConsumer) else { return }
-        let dropped = outbound.dropAll()
+        let (dropped, unfinished) = outbound.dropAll()
         logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
+        // The rest of a frame begun goes first: the client receives only whole frames.
+        for part in unfinished { channelWrite(context, part) }
         services.hub.metrics.slowConsumer()
         let frame = errorFrame(
             .slowConsumer,

@@ -15,6 +15,9 @@ struct ShardPersonalFrame {
     let typeIndex: Int
     /// The broadcast's seq when the frame is a broadcast (a session's own copy).
     var seq: UInt64? = nil
+    /// The rest of the frame when `bytes` is only its head (a large list answer, whose rows
+    /// are shared by every answer of the same list: `SharedListBody`).
+    var rest: [ByteBuffer] = []
 }
 
 /// What one session of a run gets besides what every subscriber gets, in order.
@@ -55,6 +58,8 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
     var framesIn = 0
     var requestsIn: [Int]
     private(set) var fanOutLatency = LatencyHistogram()
+    /// The last large list answered on this loop, joined once for every answer of it.
+    private var listBodies = SharedListBody()
 
     init(index: Int, loop: any EventLoop, epoch: String, typeCount: Int, head: UInt64) {
         self.index = index
@@ -157,9 +162,27 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                     )
                 }
             case .reply(let id, let reply, let typeIndex):
-                personal.append(
-                    ShardPersonalFrame(after: run.count, session: id, bytes: reply.frame(), typeIndex: typeIndex)
-                )
+                if case .array(let rows) = reply.body, let body = listBodies.body(for: rows) {
+                    let parts = SharedListBody.frameParts(
+                        type: reply.type,
+                        correlation: reply.correlation,
+                        mark: reply.mark,
+                        body: body
+                    )
+                    personal.append(
+                        ShardPersonalFrame(
+                            after: run.count,
+                            session: id,
+                            bytes: parts.head,
+                            typeIndex: typeIndex,
+                            rest: parts.rest
+                        )
+                    )
+                } else {
+                    personal.append(
+                        ShardPersonalFrame(after: run.count, session: id, bytes: reply.frame(), typeIndex: typeIndex)
+                    )
+                }
             case .monitor(let frame, let typeIndex, let except):
                 for id in monitorsByType[typeIndex].keys where id != except {
                     personal.append(
@@ -314,7 +337,7 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                 framesOut[frame.typeIndex] += 1
                 if let seq = frame.seq {
                     if session.enqueueOwnBroadcast(frame.bytes, seq: seq, typeIndex: frame.typeIndex) { pending = true }
-                } else if session.enqueueReply(frame.bytes) {
+                } else if session.enqueueReply(frame.bytes, rest: frame.rest) {
                     pending = true
                 }
             case .caused(let index):

@@ -692,11 +692,7 @@ import Testing
             try await writer.send(toggleBurst(id, count: 60))
             _ = try await writer.json(until: { $0["re"] as? Int == 59 }, timeout: .seconds(30))
             let rest = try await slow.waitForClose(timeout: .seconds(60))
-            let lines = rest.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-            #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
-            let frames = try lines.dropLast().map { line in
-                try #require(try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
-            }
+            let frames = try wholeFrames(rest)
             let notice = try #require(frames.last)
             #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
             // The bound (64 KiB), the channel's high-water mark (64 KiB), the socket buffers
@@ -718,14 +714,7 @@ import Testing
             defer { reading.cancel() }
             try await toggle(id, times: 400, from: writer)
             let rest = try await slow.waitForClose(timeout: .seconds(60))
-            let lines = rest.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-            #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
-            let frames = try lines.dropLast().map { line in
-                try #require(
-                    try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
-                    "a whole frame, not \(String(decoding: line.prefix(80), as: UTF8.self))"
-                )
-            }
+            let frames = try wholeFrames(rest)
             let notice = try #require(frames.last)
             #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
             // From the todo's creation on.
@@ -736,6 +725,40 @@ import Testing
                 previous = seq
             }
             #expect(frames.count > 2, "the client read for several grace periods")
+        }
+    }
+
+    /// A large list answer goes out in parts (its head, the rows every answer of the list
+    /// shares, its end); a client cut while the rows are on their way still gets the answer
+    /// whole, then the notice: the end waiting in the session's queue is not dropped with the
+    /// frames behind it.
+    @Test func aClientCutInTheMiddleOfALargeListGetsItWholeThenTheNotice() async throws {
+        try await withDaemon(.slowReaderCut) { daemon in
+            let (writer, _) = try await daemon.client()
+            // 40 rows of about 2,500 bytes: a list over the 64 KiB from which rows are shared.
+            try await saveLongTodos(40, subtitleBytes: 2_400, from: writer)
+            let slow = try await liveReader(daemon)
+            let created = try await writer.createTodo(String(repeating: "Cut ", count: 200))
+            let id = try #require(todoID(created))
+            try await slow.readSlowly()
+            try await slow.sendLine(#"{"type":"RequestTodoViewModels","id":"list"}"#)
+            try await eventually("the list is answered") {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.contains(#"todostream_requests_total{type="RequestTodoViewModels"} 1"#)
+            }
+            try await toggle(id, times: 400, from: writer)
+            try await eventually("the client is cut") {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.contains("\ntodostream_slow_consumer_disconnects_total 1")
+            }
+            let reading = slow.trickle(every: .milliseconds(5))
+            defer { reading.cancel() }
+            let rest = try await slow.waitForClose(timeout: .seconds(60))
+            let frames = try wholeFrames(rest)
+            let list = try #require(frames.first { $0["re"] as? String == "list" })
+            #expect((list["payload"] as? [Any])?.count == 41)
+            let notice = try #require(frames.last)
+            #expect((notice["error"] as? [String: Any])?["code"] as? String == "slow_consumer")
         }
     }
 
@@ -902,6 +925,18 @@ import Testing
         try await reader.sendLine(#"{"op":"ping","id":"p"}"#)
         #expect(try await reader.json()["op"] as? String == "pong")
         return reader
+    }
+
+    /// The frames of a stream that ended: each line a whole JSON object, the last one ended.
+    private func wholeFrames(_ stream: [UInt8]) throws -> [[String: Any]] {
+        let lines = stream.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        #expect(lines.last?.isEmpty == true, "the stream ends with a whole line")
+        return try lines.dropLast().map { line in
+            try #require(
+                try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+                "a whole frame, not \(String(decoding: line.prefix(80), as: UTF8.self))"
+            )
+        }
     }
 
     /// A todo whose broadcasts are about 9 KB each (a 9,000-character subtitle); its id.

@@ -694,3 +694,20 @@ def http_get_text(port: int, path: str, timeout: float = 10.0) -> tuple[int, str
     """`http_get` for a text answer: (status, body)."""
     status, _, body = http_get(port, path, timeout)
     return status, body.decode()
+
+
+def daemon_with_small_send_buffers(daemon_factory, tmp_path: Path, *args: str):
+    """A daemon whose sockets towards clients have a 4 KiB send buffer (the kernel takes little
+    of what a client does not read: the rest waits in the daemon), with a TLS listener too;
+    returns it and the CA's (certificate, key) that its certificate is signed with."""
+    config = tmp_path / "small-send-buffers.yaml"
+    config.write_text("limits:\n  socket_send_buffer_bytes: 4096\n")
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    ca = make_ca(pki, "ca")
+    cert, key = make_server_cert(pki, ca, "server", cn="localhost")
+    daemon = daemon_factory(
+        "--config", str(config), "--storage", "memory", "--rate-limit", "1000000",
+        "--tls-listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key), *args,
+    )
+    return daemon, ca

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import LineClient, RawWS, make_ca, make_server_cert, new_detail, save_detail
+from helpers import LineClient, RawWS, daemon_with_small_send_buffers, new_detail, save_detail
 
 SAVES = 200
 SUBTITLE = 10_000  # a broadcast of about 10.5 KB: 2 MB in all, far over what the buffers hold
@@ -18,17 +18,8 @@ SUBTITLE = 10_000  # a broadcast of about 10.5 KB: 2 MB in all, far over what th
 
 @pytest.mark.parametrize("transport", ["tcp", "tls", "ws"])
 def test_a_paused_client_within_the_bound_gets_every_frame_in_order(daemon_factory, tmp_path, transport):
-    config = tmp_path / "paused.yaml"
     # A small send buffer towards clients, so the connection's own buffer fills early.
-    config.write_text("limits:\n  socket_send_buffer_bytes: 4096\n")
-    pki = tmp_path / "pki"
-    pki.mkdir()
-    ca = make_ca(pki, "ca")
-    cert, key = make_server_cert(pki, ca, "server", cn="localhost")
-    d = daemon_factory(
-        "--config", str(config), "--storage", "memory", "--max-queue-bytes", str(32 << 20),
-        "--rate-limit", "1000000", "--tls-listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key),
-    )
+    d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path, "--max-queue-bytes", str(32 << 20))
     # Each reads its hello, then nothing until the burst is over.
     if transport == "ws":
         ws = RawWS(d.http_port, rcvbuf=4096)

@@ -9,13 +9,14 @@ import json
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
 
 import pytest
 
-from helpers import LineClient, http_get_text, new_detail, rss_kib, save_detail
+from helpers import LineClient, daemon_with_small_send_buffers, http_get_text, new_detail, rss_kib, save_detail
 
 
 def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
@@ -94,6 +95,64 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
     grown = rss_kib(daemon.pid) - before
     assert grown < 60 * 1024, f"10 stalled resumes grew the daemon by {grown} KiB"
     for s in readers:
+        s.close()
+
+
+def _metric(port: int, name: str) -> int:
+    _, body = http_get_text(port, "/metrics")
+    return next((int(float(line.split()[-1])) for line in body.splitlines() if line.startswith(name + " ")), 0)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "tls"])
+def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(daemon_factory, tmp_path, transport):
+    """Sixty clients ask for the same large list (150 todos of 9,000 characters, 1.4 MB) and
+    read none of it: the daemon holds the list's rows about once per event loop, not once per
+    client (each answer made whole, they held 60 copies, 84 MB). Each still gets the whole
+    answer, with its own `re`, once it reads."""
+    d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path)
+    tls = ssl.create_default_context(cafile=str(ca[0])) if transport == "tls" else None
+    todos = 150
+    with LineClient(d.tcp_port, name="writer") as c:
+        for index in range(todos):
+            c.send({"type": "RequestUpdateDetailViewModel", "id": f"w{index}",
+                    "payload": {"todo": {"id": str(uuid.uuid4()), "version": 0}, "title": f"Long {index}",
+                                "subtitle": "s" * 9_000}})
+            if index % 4 == 3 or index == todos - 1:
+                c.expect(lambda f, last=f"w{index}": f.get("re") == last and f.get("seq") is None, timeout=60)
+        # A list read whole first: every row is kept encoded from here on.
+        c.send({"type": "RequestTodoViewModels", "id": "first"})
+        first = c.expect(lambda f: f.get("re") == "first", timeout=60)
+        assert len(first["payload"]) == todos
+    list_bytes = len(json.dumps(first["payload"]))
+    clients = 60
+    before = rss_kib(d.pid)
+    readers = []
+    for index in range(clients):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", d.tls_port if tls else d.tcp_port))
+        if tls:
+            s = tls.wrap_socket(s, server_hostname="localhost")
+        s.sendall(json.dumps({"type": "RequestTodoViewModels", "id": f"r{index}"}).encode() + b"\n")
+        readers.append(s)
+    # Every answer made and backed up: what the clients did not take waits in the daemon.
+    deadline = time.monotonic() + 60
+    while True:
+        asked = _metric(d.http_port, 'todostream_requests_total{type="RequestTodoViewModels"}')
+        queued = _metric(d.http_port, "todostream_queued_bytes")
+        if asked >= clients + 1 and queued >= clients * list_bytes * 9 // 10:
+            break
+        assert time.monotonic() < deadline, f"{asked} lists asked, {queued} bytes queued"
+    grown = rss_kib(d.pid) - before
+    assert grown < 30 * 1024, f"{clients} unread answers of a {list_bytes}-byte list grew the daemon by {grown} KiB"
+    # Each reads its answer: whole, its own.
+    for index, s in enumerate(readers):
+        s.settimeout(30)
+        stream = s.makefile("rb")
+        assert json.loads(stream.readline())["op"] == "hello"
+        answer = json.loads(stream.readline())
+        assert answer["re"] == f"r{index}" and answer["type"] == "ResponseTodoViewModels"
+        assert answer["payload"] == first["payload"]
         s.close()
 
 
