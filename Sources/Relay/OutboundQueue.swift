@@ -55,12 +55,13 @@ struct OutboundQueue {
         return .queued
     }
 
-    /// The next frame to hand the channel, once it is writable again.
-    mutating func next() -> ByteBuffer? {
+    /// The next frame (or part of one: `continuation`) to hand the channel, once it is
+    /// writable again.
+    mutating func next() -> (buffer: ByteBuffer, continuation: Bool)? {
         guard let first = buffers.popFirst() else { return nil }
         bytes -= first.buffer.readableBytes
         frames -= first.frames
-        return first.buffer
+        return (first.buffer, first.continuation)
     }
 
     /// Drops every frame still waiting (the client is being cut): returns how many, and the

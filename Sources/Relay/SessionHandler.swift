@@ -878,7 +878,21 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if !rest.isEmpty, takesFrameParts {
             // Written part by part: what the connection holds of the rows is the shared buffer
             // (gathered for the socket, queued, or in the channel), never a copy of its own.
-            write(frame, asked: true)
+            var rest = rest
+            if case .webSocketFrames = runFraming, let end = rest.indices.last {
+                // One text frame: its header (for the whole message, without the newline) with
+                // the head, so that the transport passes it on as framed; the later parts go
+                // past the transport as they are (`channelWrite(raw:)`).
+                var last = rest[end]
+                if last.readableBytesView.last == UInt8(ascii: "\n") { last.moveWriterIndex(to: last.writerIndex - 1) }
+                rest[end] = last
+                var first = ByteBufferAllocator().buffer(capacity: frame.readableBytes + 10)
+                WebSocketFraming.writeHeader(payloadLength: bytes - 1, into: &first)
+                first.writeImmutableBuffer(frame)
+                write(first, asked: true)
+            } else {
+                write(frame, asked: true)
+            }
             for part in rest {
                 guard transport == "tls", part.readableBytes > SharedListBody.tlsSlice else {
                     write(part, frames: 0, asked: true, continuation: true)
@@ -909,10 +923,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         return markPending()
     }
 
-    /// Whether a frame may go out in parts now: on TCP and TLS (a WebSocket message is framed
-    /// whole), not rewritten for a monitor, not held back (a hold keeps whole frames).
+    /// Whether a frame may go out in parts now: on TCP, TLS and plain uncompressed WebSocket
+    /// (a compressed message is compressed whole), not rewritten for a monitor, not held back
+    /// (a hold keeps whole frames).
     private var takesFrameParts: Bool {
-        guard case .lines = runFraming, !isHoldingLiveOutput else { return false }
+        switch runFraming {
+        case .lines: break
+        // Only where the session can write past the transport handler, which would frame
+        // each part as a message of its own.
+        case .webSocketFrames: if wireContext == nil { return false }
+        case .oneByOne: return false
+        }
+        guard !isHoldingLiveOutput else { return false }
         return authentication.role != .monitor || services.settings.monitorRedactor == nil
     }
 
@@ -990,7 +1012,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Monitors are few; their frames are rewritten one by one, nobody else's are.
             bytes = redactor.redact(buffer)
         }
-        if case .webSocketFrames = runFraming, socketWrites.writesToSocket,
+        if case .webSocketFrames = runFraming, socketWrites.writesToSocket, !continuation,
             bytes.readableBytesView.first != WebSocketFraming.finalText
         {
             // A reply (or any single frame) framed here, as the hub frames its runs, so that it
@@ -1021,11 +1043,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             continuation: continuation
         ) {
         case .write where flushing:
-            channelWrite(context, bytes, flush: true)
+            channelWrite(context, bytes, flush: true, raw: continuation)
             needsFlush = false
             watchForStall()
         case .write:
-            channelWrite(context, bytes)
+            channelWrite(context, bytes, raw: continuation)
             needsFlush = true
         case .queued:
             break
@@ -1051,7 +1073,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         _ context: ChannelHandlerContext,
         _ buffer: ByteBuffer,
         flush: Bool = false,
-        promise: EventLoopPromise<Void>? = nil
+        promise: EventLoopPromise<Void>? = nil,
+        raw: Bool = false
     ) {
         if socketWrites.hasGathered { sendGathered(context) }
         var promise = promise
@@ -1059,7 +1082,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             socketWrites.handedToChannel()
             promise = completionTracked(promise)
         }
-        if flush {
+        if raw {
+            // A later part of a frame: past the WebSocket transport, which would frame it.
+            writeAsIs(context, buffer, promise: promise)
+            if flush { context.flush() }
+        } else if flush {
             context.writeAndFlush(wrapOutboundOut(buffer), promise: promise)
         } else {
             context.write(wrapOutboundOut(buffer), promise: promise)
@@ -1151,7 +1178,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             // Hand the channel what waited, as much as it takes before it is full again (a
             // write that fills it calls this again, which clears `channelWritable`).
             while channelWritable, let next = outbound.next() {
-                channelWrite(context, next)
+                channelWrite(context, next.buffer, raw: next.continuation)
                 needsFlush = true
             }
             flush()
@@ -1186,7 +1213,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         let (dropped, unfinished) = outbound.dropAll()
         logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         // The rest of a frame begun goes first: the client receives only whole frames.
-        for part in unfinished { channelWrite(context, part) }
+        for part in unfinished { channelWrite(context, part, raw: true) }
         services.hub.metrics.slowConsumer()
         let frame = errorFrame(
             .slowConsumer,
@@ -1266,7 +1293,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Sends a last frame behind everything queued, then closes.
     private func closeAfter(_ frame: ByteBuffer) {
         guard let context, case .sendLastFrameAndClose = closeSession(.afterLastFrame) else { return }
-        while let next = outbound.next() { channelWrite(context, next) }
+        while let next = outbound.next() { channelWrite(context, next.buffer, raw: next.continuation) }
         let channel = context.channel
         let promise = loop.makePromise(of: Void.self)
         channelWrite(context, frame, flush: true, promise: promise)

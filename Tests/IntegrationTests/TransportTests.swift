@@ -90,6 +90,16 @@ struct RawWebSocket {
         return (head[0] & 0x0F, head[0] & 0x40 != 0, length == 0 ? [] : try await connection.bytes(length))
     }
 
+    /// The next frame, which must be a text frame holding a whole JSON object.
+    func receiveWholeTextFrame() async throws -> [String: Any] {
+        let (opcode, payload) = try await receive()
+        #expect(opcode == 0x1, "a text frame")
+        return try #require(
+            try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any],
+            "a whole frame, not \(String(decoding: payload.prefix(80), as: UTF8.self))"
+        )
+    }
+
     func receiveJSON() async throws -> [String: Any] {
         let (opcode, payload) = try await receive()
         #expect(opcode == 0x1)
@@ -236,21 +246,9 @@ struct RawWebSocket {
             try await ws.connection.readSlowly()
             let reading = ws.connection.trickle()
             defer { reading.cancel() }
-            for index in 0..<400 {
-                try await writer.send([
-                    "type": "RequestToggleCompleteTodoViewModel", "id": index, "payload": ["todo": ["id": id]],
-                ])
-                if index % 25 == 24 {  // its own backlog stays far under the bound
-                    _ = try await writer.json(until: { ($0["re"] as? Int) == index }, timeout: .seconds(30))
-                }
-            }
+            try await toggle(id, times: 400, from: writer)
             while true {
-                let (opcode, payload) = try await ws.receive()
-                #expect(opcode == 0x1, "text frames until the notice")
-                let frame = try #require(
-                    try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any],
-                    "a whole frame, not \(String(decoding: payload.prefix(80), as: UTF8.self))"
-                )
+                let frame = try await ws.receiveWholeTextFrame()
                 if let error = frame["error"] as? [String: Any] {
                     #expect(error["code"] as? String == "slow_consumer")
                     break
@@ -262,6 +260,49 @@ struct RawWebSocket {
             #expect(opcode == 0x8, "the close frame follows the notice")
             #expect(payload.count >= 2 && (Int(payload[0]) << 8 | Int(payload[1])) == 1001)
             _ = try await ws.connection.waitForClose(timeout: .seconds(30))
+        }
+    }
+
+    /// A large list answer goes to a WebSocket client as one text frame made of parts (the
+    /// frame's header with its head, the rows every answer of the list shares, its end); a
+    /// client cut while the rows are on their way gets that frame whole, the notice, then the
+    /// close frame.
+    @Test func aWebSocketClientCutInTheMiddleOfALargeListGetsItWholeThenTheNotice() async throws {
+        try await withDaemon(.slowReaderCut) { daemon in
+            let (writer, _) = try await daemon.client()
+            // 40 rows of about 2,500 bytes: a list over the 64 KiB from which rows are shared.
+            try await saveLongTodos(40, subtitleBytes: 2_400, from: writer)
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            let created = try await writer.createTodo(String(repeating: "Cut ", count: 200))
+            let id = try #require(todoID(created))
+            #expect(try await ws.receiveJSON()["seq"] as? Int == created["seq"] as? Int)
+            try await ws.connection.readSlowly()
+            try await ws.sendText(#"{"type":"RequestTodoViewModels","id":"list"}"#)
+            try await eventually("the list is answered") {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.contains(#"todostream_requests_total{type="RequestTodoViewModels"} 1"#)
+            }
+            // A reader, but a slow one (about 50 KB/s): the flood cuts it with the list on its way.
+            let reading = ws.connection.trickle(every: .milliseconds(20))
+            defer { reading.cancel() }
+            try await toggle(id, times: 400, from: writer)
+            var listed = false
+            while true {
+                let frame = try await ws.receiveWholeTextFrame()
+                if frame["re"] as? String == "list" {
+                    #expect((frame["payload"] as? [Any])?.count == 41)
+                    listed = true
+                }
+                if let error = frame["error"] as? [String: Any] {
+                    #expect(error["code"] as? String == "slow_consumer")
+                    break
+                }
+            }
+            #expect(listed, "the list came before the notice")
+            let (opcode, payload) = try await ws.receive()
+            #expect(opcode == 0x8, "the close frame follows the notice")
+            #expect(payload.count >= 2 && (Int(payload[0]) << 8 | Int(payload[1])) == 1001)
         }
     }
 

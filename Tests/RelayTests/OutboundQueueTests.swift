@@ -59,8 +59,13 @@ import Testing
     @Test func partsComeOutInOrder() {
         var queue = queue([("{\"h\":", 1, false), ("[4]", 0, true), ("}\n", 0, true)])
         var out = ""
-        while let next = queue.next() { out += String(buffer: next) }
+        var continuations: [Bool] = []
+        while let next = queue.next() {
+            out += String(buffer: next.buffer)
+            continuations.append(next.continuation)
+        }
         #expect(out == "{\"h\":[4]}\n")
+        #expect(continuations == [false, true, true])
         #expect(queue.bytes == 0 && queue.frames == 0)
     }
 }

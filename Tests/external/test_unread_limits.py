@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from helpers import LineClient, daemon_with_small_send_buffers, http_get_text, new_detail, rss_kib, save_detail
+from helpers import LineClient, RawWS, daemon_with_small_send_buffers, http_get_text, new_detail, rss_kib, save_detail
 
 
 def test_pipelined_requests_that_are_not_read_do_not_pile_up_answers(daemon):
@@ -103,7 +103,7 @@ def _metric(port: int, name: str) -> int:
     return next((int(float(line.split()[-1])) for line in body.splitlines() if line.startswith(name + " ")), 0)
 
 
-@pytest.mark.parametrize("transport", ["tcp", "tls"])
+@pytest.mark.parametrize("transport", ["tcp", "tls", "ws"])
 def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(daemon_factory, tmp_path, transport):
     """Sixty clients ask for the same large list (150 todos of 9,000 characters, 1.4 MB) and
     read none of it: the daemon holds the list's rows about once per event loop, not once per
@@ -128,12 +128,18 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
     before = rss_kib(d.pid)
     readers = []
     for index in range(clients):
+        request = json.dumps({"type": "RequestTodoViewModels", "id": f"r{index}"})
+        if transport == "ws":
+            ws = RawWS(d.http_port, rcvbuf=4096)
+            ws.send_text(request)
+            readers.append(ws)
+            continue
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(("127.0.0.1", d.tls_port if tls else d.tcp_port))
         if tls:
             s = tls.wrap_socket(s, server_hostname="localhost")
-        s.sendall(json.dumps({"type": "RequestTodoViewModels", "id": f"r{index}"}).encode() + b"\n")
+        s.sendall(request.encode() + b"\n")
         readers.append(s)
     # Every answer made and backed up: what the clients did not take waits in the daemon.
     deadline = time.monotonic() + 60
@@ -145,15 +151,21 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
         assert time.monotonic() < deadline, f"{asked} lists asked, {queued} bytes queued"
     grown = rss_kib(d.pid) - before
     assert grown < 30 * 1024, f"{clients} unread answers of a {list_bytes}-byte list grew the daemon by {grown} KiB"
-    # Each reads its answer: whole, its own.
-    for index, s in enumerate(readers):
-        s.settimeout(30)
-        stream = s.makefile("rb")
-        assert json.loads(stream.readline())["op"] == "hello"
-        answer = json.loads(stream.readline())
+    # Each reads its answer: whole, its own (on WebSocket, one unfragmented text frame).
+    for index, reader in enumerate(readers):
+        if transport == "ws":
+            fin, opcode, payload = reader.recv_frame(timeout=30)
+            assert fin and opcode == 1
+            answer = json.loads(payload)
+            reader.sock.close()
+        else:
+            reader.settimeout(30)
+            stream = reader.makefile("rb")
+            assert json.loads(stream.readline())["op"] == "hello"
+            answer = json.loads(stream.readline())
+            reader.close()
         assert answer["re"] == f"r{index}" and answer["type"] == "ResponseTodoViewModels"
         assert answer["payload"] == first["payload"]
-        s.close()
 
 
 @pytest.mark.parametrize("line", [b"x\n", b'{"op":"nope","id":1}\n'])
