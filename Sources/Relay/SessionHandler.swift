@@ -75,8 +75,9 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Whether writes go straight to `socket` or through the channel.
     private var socketWrites: SocketWriteStateMachine
     /// On WebSocket, NIO's frame encoder: bytes that were meant for the socket (a run the kernel
-    /// took only part of, cut anywhere, even mid-frame) are written from its place in the
-    /// pipeline, past the transport handler, which would frame them again.
+    /// took only part of, cut anywhere, even mid-frame), and the later parts of a large list
+    /// answer, are written from its place in the pipeline, past the transport handler, which
+    /// would frame them again.
     private var wireContext: ChannelHandlerContext?
 
     let id: SessionID
@@ -194,7 +195,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if socket != nil, case .webSocketFrames = runFraming {
+        if case .webSocketFrames = runFraming {
+            // Also on TLS (no socket of its own): a large list's later parts go there.
             wireContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
             // Without the encoder's place a cut run could only go through the transport
             // handler, which would frame it again: such a session writes through the channel.
@@ -894,7 +896,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
                 write(frame, asked: true)
             }
             for part in rest {
-                guard transport == "tls", part.readableBytes > SharedListBody.tlsSlice else {
+                guard transport == "tls" || transport == "wss", part.readableBytes > SharedListBody.tlsSlice else {
                     write(part, frames: 0, asked: true, continuation: true)
                     continue
                 }

@@ -18,6 +18,7 @@ import queue
 import re
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import threading
@@ -405,8 +406,11 @@ class WSClient(FrameSource):
 class RawWS:
     """A hand-written WebSocket client: full control over masking, RSV bits, opcodes, fragments."""
 
-    def __init__(self, port: int, path: str = "/events", headers: dict | None = None, rcvbuf: int | None = None):
+    def __init__(self, port: int, path: str = "/events", headers: dict | None = None, rcvbuf: int | None = None,
+                 tls: ssl.SSLContext | None = None):
         self.sock = connect_socket("127.0.0.1", port, rcvbuf)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="localhost")
         try:
             self._handshake(port, path, headers)
         except BaseException:
@@ -680,19 +684,20 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def http_get(port: int, path: str, timeout: float = 10.0):
-    """GET `path` from the daemon's HTTP listener on 127.0.0.1: (status, headers, body bytes),
-    an error status (404, 503, …) answered like any other."""
+def http_get(port: int, path: str, timeout: float = 10.0, tls: ssl.SSLContext | None = None):
+    """GET `path` from the daemon's HTTP listener on 127.0.0.1 (over TLS with `tls`): (status,
+    headers, body bytes), an error status (404, 503, …) answered like any other."""
+    scheme = "https" if tls else "http"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+        with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}{path}", timeout=timeout, context=tls) as answer:
             return answer.status, answer.headers, answer.read()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read()
 
 
-def http_get_text(port: int, path: str, timeout: float = 10.0) -> tuple[int, str]:
+def http_get_text(port: int, path: str, timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> tuple[int, str]:
     """`http_get` for a text answer: (status, body)."""
-    status, _, body = http_get(port, path, timeout)
+    status, _, body = http_get(port, path, timeout, tls)
     return status, body.decode()
 
 

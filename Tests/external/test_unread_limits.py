@@ -98,19 +98,19 @@ def test_resumes_that_are_not_read_hold_about_the_bound_each(daemon):
         s.close()
 
 
-def _metric(port: int, name: str) -> int:
-    _, body = http_get_text(port, "/metrics")
+def _metric(port: int, name: str, tls: ssl.SSLContext | None = None) -> int:
+    _, body = http_get_text(port, "/metrics", tls=tls)
     return next((int(float(line.split()[-1])) for line in body.splitlines() if line.startswith(name + " ")), 0)
 
 
-@pytest.mark.parametrize("transport", ["tcp", "tls", "ws"])
+@pytest.mark.parametrize("transport", ["tcp", "tls", "ws", "wss"])
 def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(daemon_factory, tmp_path, transport):
     """Sixty clients ask for the same large list (150 todos of 9,000 characters, 1.4 MB) and
     read none of it: the daemon holds the list's rows about once per event loop, not once per
     client (each answer made whole, they held 60 copies, 84 MB). Each still gets the whole
     answer, with its own `re`, once it reads."""
-    d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path)
-    tls = ssl.create_default_context(cafile=str(ca[0])) if transport == "tls" else None
+    d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path, *(["--http-tls"] if transport == "wss" else []))
+    tls = ssl.create_default_context(cafile=str(ca[0])) if transport in ("tls", "wss") else None
     todos = 150
     with LineClient(d.tcp_port, name="writer") as c:
         for index in range(todos):
@@ -129,8 +129,8 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
     readers = []
     for index in range(clients):
         request = json.dumps({"type": "RequestTodoViewModels", "id": f"r{index}"})
-        if transport == "ws":
-            ws = RawWS(d.http_port, rcvbuf=4096)
+        if transport in ("ws", "wss"):
+            ws = RawWS(d.http_port, rcvbuf=4096, tls=tls)
             ws.send_text(request)
             readers.append(ws)
             continue
@@ -142,10 +142,14 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
         s.sendall(request.encode() + b"\n")
         readers.append(s)
     # Every answer made and backed up: what the clients did not take waits in the daemon.
+    metrics_tls = None
+    if transport == "wss":  # the HTTP listener speaks TLS; its certificate names localhost
+        metrics_tls = ssl.create_default_context(cafile=str(ca[0]))
+        metrics_tls.check_hostname = False
     deadline = time.monotonic() + 60
     while True:
-        asked = _metric(d.http_port, 'todostream_requests_total{type="RequestTodoViewModels"}')
-        queued = _metric(d.http_port, "todostream_queued_bytes")
+        asked = _metric(d.http_port, 'todostream_requests_total{type="RequestTodoViewModels"}', metrics_tls)
+        queued = _metric(d.http_port, "todostream_queued_bytes", metrics_tls)
         if asked >= clients + 1 and queued >= clients * list_bytes * 9 // 10:
             break
         assert time.monotonic() < deadline, f"{asked} lists asked, {queued} bytes queued"
@@ -153,7 +157,7 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
     assert grown < 30 * 1024, f"{clients} unread answers of a {list_bytes}-byte list grew the daemon by {grown} KiB"
     # Each reads its answer: whole, its own (on WebSocket, one unfragmented text frame).
     for index, reader in enumerate(readers):
-        if transport == "ws":
+        if transport in ("ws", "wss"):
             fin, opcode, payload = reader.recv_frame(timeout=30)
             assert fin and opcode == 1
             answer = json.loads(payload)
