@@ -64,16 +64,25 @@ struct OutboundQueue {
         return (first.buffer, first.continuation)
     }
 
+    /// Takes the parts that finish a frame already begun (the queue's first buffers, when they
+    /// are continuations), to hand on at once: before a frame of the transport's own (a
+    /// WebSocket pong or close), which must not land inside another frame.
+    mutating func takeUnfinished() -> [ByteBuffer] {
+        var unfinished: [ByteBuffer] = []
+        while let first = buffers.first, first.continuation {
+            unfinished.append(first.buffer)
+            bytes -= first.buffer.readableBytes
+            frames -= first.frames
+            buffers.removeFirst()
+        }
+        return unfinished
+    }
+
     /// Drops every frame still waiting (the client is being cut): returns how many, and the
     /// parts that finish a frame already begun (the queue's first buffers, when they are
     /// continuations), which must still go out, in order, before anything else.
     mutating func dropAll() -> (dropped: Int, unfinished: [ByteBuffer]) {
-        var unfinished: [ByteBuffer] = []
-        while let first = buffers.first, first.continuation {
-            unfinished.append(first.buffer)
-            frames -= first.frames
-            buffers.removeFirst()
-        }
+        let unfinished = takeUnfinished()
         defer {
             buffers.removeAll()
             bytes = 0

@@ -217,6 +217,11 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is LeaveSocket {
             leaveSocket(context)
+            // A frame of the transport's own follows (a pong, a close): the rest of a frame
+            // begun goes first, or the transport's frame would land inside it.
+            let unfinished = outbound.takeUnfinished()
+            for part in unfinished { channelWrite(context, part, raw: true) }
+            if !unfinished.isEmpty { context.flush() }
             return
         }
         if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {

@@ -60,6 +60,8 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
     private var pongs = Pongs.idle
 
     private func sendPong(_ context: ChannelHandlerContext, _ payload: ByteBuffer) {
+        // The session writes through the channel from now on, and finishes a frame it began.
+        context.fireUserInboundEventTriggered(LeaveSocket())
         pongs = .writing(next: nil)
         let promise = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(
@@ -137,7 +139,6 @@ final class WebSocketTransportHandler: ChannelDuplexHandler {
             guard frame.fin, frame.length <= 125 else { return fail(context, .protocolError) }
             switch pongs {
             case .idle:
-                context.fireUserInboundEventTriggered(LeaveSocket())
                 sendPong(context, frame.unmaskedData)
             case .writing:
                 // The last pong is not out yet: only the most recent ping waits to be answered

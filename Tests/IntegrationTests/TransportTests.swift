@@ -306,6 +306,35 @@ struct RawWebSocket {
         }
     }
 
+    /// A ping that arrives while a large list answer is on its way (its end waiting in the
+    /// session's queue) is answered after that frame, never inside it: the pong and the text
+    /// frame arrive whole, one after the other.
+    @Test func aPingDuringALargeListIsAnsweredAfterItsFrame() async throws {
+        // The rows go out on their own (over the 64 KiB bound, nothing more is gathered with
+        // them) and fill the channel, so the frame's end waits in the session's queue.
+        try await withDaemon(.slowReaderCut({ $0.relay.slowConsumerCheckMs = 60_000 })) { daemon in
+            let (writer, _) = try await daemon.client()
+            // 40 rows of about 2,500 bytes: a list over the 64 KiB from which rows are shared.
+            try await saveLongTodos(40, subtitleBytes: 2_400, from: writer)
+            let ws = try #require(try await RawWebSocket.open(port: daemon.httpPort, receiveBuffer: 4096).0)
+            #expect(try await ws.receiveJSON()["op"] as? String == "hello")
+            try await ws.connection.channel.setOption(.autoRead, value: false).get()
+            try await ws.sendText(#"{"type":"RequestTodoViewModels","id":"list"}"#)
+            try await eventually("the list is answered") {
+                let body = try await httpGet(port: daemon.httpPort, path: "/metrics").body
+                return body.contains(#"todostream_requests_total{type="RequestTodoViewModels"} 1"#)
+            }
+            try await ws.send(opcode: 0x9, Array("mid-list".utf8))
+            ws.connection.startReading()
+            let list = try await ws.receiveWholeTextFrame()
+            #expect(list["re"] as? String == "list")
+            #expect((list["payload"] as? [Any])?.count == 40)
+            let (opcode, payload) = try await ws.receive()
+            #expect(opcode == 0xA, "the pong follows the list's frame")
+            #expect(payload == Array("mid-list".utf8))
+        }
+    }
+
     /// A client that sends pings and reads nothing does not make the daemon queue a pong for
     /// each: while one is not out yet, only the most recent ping waits to be answered (RFC 6455
     /// §5.5.3). Once the client reads, the last ping's pong arrives, after a few hundred, not
