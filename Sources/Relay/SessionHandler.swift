@@ -242,6 +242,18 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// The daemon closes the connection (at the end of a drain, or a cut client's grace): what
+    /// waits in the session's own queue goes to the channel first (a frame begun, `draining`),
+    /// which writes what it can before the connection ends (TLS flushes it before its
+    /// close_notify), rather than being dropped here.
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode != .input, !outbound.isEmpty {
+            while let next = outbound.next() { channelWrite(context, next.buffer, raw: next.continuation) }
+            context.flush()
+        }
+        context.close(mode: mode, promise: promise)
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         leaveSocket(context)
         stop()
@@ -1333,7 +1345,12 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         // broadcasts held for it, as always. Released here, they went out first, and a client
         // that reconnects on `draining` from the last seq it saw skipped the replay's range.
         // Held broadcasts the connection's close drops, the client's resume brings again.
-        write(OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) })
+        // Never a reason to cut the client: it waits behind what the client asked for, as an
+        // answer does (a large list goes out in parts that wait in the queue, over the bound).
+        write(
+            OutboundFrame.op("draining", correlation: nil) { $0.field("reconnect_after_ms", reconnectAfterMs) },
+            asked: true
+        )
         flush()
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import ssl
 import threading
@@ -103,6 +104,78 @@ def _metric(port: int, name: str, tls: ssl.SSLContext | None = None) -> int:
     return next((int(float(line.split()[-1])) for line in body.splitlines() if line.startswith(name + " ")), 0)
 
 
+def _save_long_todos(port: int, todos: int) -> dict:
+    """Saves `todos` todos with 9,000-character subtitles; returns a list answer read whole
+    afterwards (so every row is kept encoded from then on)."""
+    with LineClient(port, name="writer") as c:
+        for index in range(todos):
+            c.send({"type": "RequestUpdateDetailViewModel", "id": f"w{index}",
+                    "payload": {"todo": {"id": str(uuid.uuid4()), "version": 0}, "title": f"Long {index}",
+                                "subtitle": "s" * 9_000}})
+            if index % 4 == 3 or index == todos - 1:
+                c.expect(lambda f, last=f"w{index}": f.get("re") == last and f.get("seq") is None, timeout=60)
+        c.send({"type": "RequestTodoViewModels", "id": "first"})
+        first = c.expect(lambda f: f.get("re") == "first", timeout=60)
+        assert len(first["payload"]) == todos
+        return first
+
+
+@pytest.mark.parametrize("transport", ["tls", "wss"])
+def test_a_client_reading_large_lists_at_a_stop_gets_them_whole_then_draining(daemon_factory, tmp_path, transport):
+    """SIGTERM while a TLS client reads the answers to pipelined large lists: it gets every
+    answer it is sent whole, and `draining`, then the end; it is not cut as a slow consumer
+    (`draining` waits behind the answers' parts like an answer), and `draining` is not dropped
+    at the close (what waits in the connection's queue goes to TLS, which flushes it)."""
+    d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path, *(["--http-tls"] if transport == "wss" else []))
+    tls = ssl.create_default_context(cafile=str(ca[0]))
+    metrics_tls = None
+    if transport == "wss":  # the HTTP listener speaks TLS; its certificate names localhost
+        metrics_tls = ssl.create_default_context(cafile=str(ca[0]))
+        metrics_tls.check_hostname = False
+    todos = 150
+    _save_long_todos(d.tcp_port, todos)
+    requests = [json.dumps({"type": "RequestTodoViewModels", "id": f"L{index}"}) for index in range(3)]
+    requests.append(json.dumps({"op": "ping", "id": "P"}))
+    if transport == "wss":
+        ws = RawWS(d.http_port, rcvbuf=4096, tls=tls)
+        for request in requests:
+            ws.send_text(request)
+    else:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", d.tls_port))
+        s = tls.wrap_socket(s, server_hostname="localhost")
+        s.settimeout(30)
+        stream = s.makefile("rb")
+        assert json.loads(stream.readline())["op"] == "hello"
+        s.sendall("".join(request + "\n" for request in requests).encode())
+    # The first list is being answered (the one read before, then this one) when the stop comes.
+    deadline = time.monotonic() + 30
+    while _metric(d.http_port, 'todostream_requests_total{type="RequestTodoViewModels"}', metrics_tls) < 2:
+        assert time.monotonic() < deadline, "the first list was not taken"
+    d.signal(signal.SIGTERM)
+    frames = []
+    while True:
+        if transport == "wss":
+            fin, opcode, payload = ws.recv_frame(timeout=30)
+            if opcode == 8:
+                break
+            assert fin and opcode == 1, (fin, opcode)
+        else:
+            payload = stream.readline()
+            if not payload:
+                break
+            assert payload.endswith(b"\n"), f"the stream ends inside a frame: {payload[-100:]!r}"
+        frames.append(json.loads(payload))
+    assert d.proc.wait(30) == 0
+    kinds = [frame.get("re") or frame.get("op") or frame.get("error", {}).get("code") for frame in frames]
+    assert not any(frame.get("error", {}).get("code") == "slow_consumer" for frame in frames), kinds
+    # `draining`, then at most the answers to requests already taken (the ping's pong).
+    assert "draining" in kinds and set(kinds[kinds.index("draining") + 1:]) <= {"L1", "L2", "P"}, kinds
+    lists = [frame for frame in frames if frame.get("type") == "ResponseTodoViewModels" and "payload" in frame]
+    assert lists and all(len(frame["payload"]) == todos for frame in lists), kinds
+
+
 @pytest.mark.parametrize("transport", ["tcp", "tls", "ws", "wss"])
 def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(daemon_factory, tmp_path, transport):
     """Sixty clients ask for the same large list (150 todos of 9,000 characters, 1.4 MB) and
@@ -112,17 +185,7 @@ def test_clients_that_ask_for_one_large_list_and_read_nothing_share_its_rows(dae
     d, ca = daemon_with_small_send_buffers(daemon_factory, tmp_path, *(["--http-tls"] if transport == "wss" else []))
     tls = ssl.create_default_context(cafile=str(ca[0])) if transport in ("tls", "wss") else None
     todos = 150
-    with LineClient(d.tcp_port, name="writer") as c:
-        for index in range(todos):
-            c.send({"type": "RequestUpdateDetailViewModel", "id": f"w{index}",
-                    "payload": {"todo": {"id": str(uuid.uuid4()), "version": 0}, "title": f"Long {index}",
-                                "subtitle": "s" * 9_000}})
-            if index % 4 == 3 or index == todos - 1:
-                c.expect(lambda f, last=f"w{index}": f.get("re") == last and f.get("seq") is None, timeout=60)
-        # A list read whole first: every row is kept encoded from here on.
-        c.send({"type": "RequestTodoViewModels", "id": "first"})
-        first = c.expect(lambda f: f.get("re") == "first", timeout=60)
-        assert len(first["payload"]) == todos
+    first = _save_long_todos(d.tcp_port, todos)
     list_bytes = len(json.dumps(first["payload"]))
     clients = 60
     before = rss_kib(d.pid)
