@@ -10,7 +10,7 @@ import NIOCore
 /// A frame may come in parts (a large list answer: its head, the rows it shares with other
 /// answers, its end), each a buffer of its own here, the parts after the first marked
 /// `continuation`. A cut drops whole frames only: the parts of a frame whose first part was
-/// handed on already stay, to go out ahead of the notice.
+/// handed on already are taken first, to go out ahead of the notice.
 struct OutboundQueue {
     private var buffers = CircularBuffer<(buffer: ByteBuffer, frames: Int, continuation: Bool)>()
     /// Bytes and frames waiting here.
@@ -65,8 +65,8 @@ struct OutboundQueue {
     }
 
     /// Takes the parts that finish a frame already begun (the queue's first buffers, when they
-    /// are continuations), to hand on at once: before a frame of the transport's own (a
-    /// WebSocket pong or close), which must not land inside another frame.
+    /// are continuations), to hand on at once: before a cut's notice, or a frame of the
+    /// transport's own (a WebSocket pong or close), which must not land inside another frame.
     mutating func takeUnfinished() -> [ByteBuffer] {
         var unfinished: [ByteBuffer] = []
         while let first = buffers.first, first.continuation {
@@ -78,16 +78,14 @@ struct OutboundQueue {
         return unfinished
     }
 
-    /// Drops every frame still waiting (the client is being cut): returns how many, and the
-    /// parts that finish a frame already begun (the queue's first buffers, when they are
-    /// continuations), which must still go out, in order, before anything else.
-    mutating func dropAll() -> (dropped: Int, unfinished: [ByteBuffer]) {
-        let unfinished = takeUnfinished()
+    /// Drops every frame still waiting (the client is being cut); returns how many. The rest
+    /// of a frame begun is taken first (`takeUnfinished`).
+    mutating func dropAll() -> Int {
         defer {
             buffers.removeAll()
             bytes = 0
             frames = 0
         }
-        return (frames, unfinished)
+        return frames
     }
 }

@@ -95,6 +95,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         case oneByOne
     }
 
+    /// TLS (and wss): what is handed to the channel is encrypted at its flush.
+    private let encryptsAtFlush: Bool
     private let startMode: StartMode
     /// A role granted before the session started (a WebSocket upgrade that carried a token).
     private let preauthenticated: Role?
@@ -149,6 +151,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             transport == "tcp" || transport == "tls" ? .lines : webSocketCompression ? .oneByOne : .webSocketFrames
         self.remoteIP = remoteIP
         self.startMode = startMode
+        self.encryptsAtFlush = transport == "tls" || transport == "wss"
         self.catalog = services.hub.codec.catalog
         self.triage = FrameTriage(catalog: services.hub.codec.catalog)
         self.shard = services.hub.shard(for: loop)
@@ -219,9 +222,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
             leaveSocket(context)
             // A frame of the transport's own follows (a pong, a close): the rest of a frame
             // begun goes first, or the transport's frame would land inside it.
-            let unfinished = outbound.takeUnfinished()
-            for part in unfinished { channelWrite(context, part, raw: true) }
-            if !unfinished.isEmpty { context.flush() }
+            if finishFrameBegun(context) { context.flush() }
             return
         }
         if let channelEvent = event as? ChannelEvent, channelEvent == .inputClosed {
@@ -248,10 +249,24 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// close_notify), rather than being dropped here.
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if mode != .input, !outbound.isEmpty {
-            while let next = outbound.next() { channelWrite(context, next.buffer, raw: next.continuation) }
+            handOverQueued(context)
             context.flush()
         }
         context.close(mode: mode, promise: promise)
+    }
+
+    /// Hands the channel the rest of a frame begun that waits in the queue; whether there was
+    /// any.
+    @discardableResult
+    private func finishFrameBegun(_ context: ChannelHandlerContext) -> Bool {
+        let unfinished = outbound.takeUnfinished()
+        for part in unfinished { channelWrite(context, part, raw: true) }
+        return !unfinished.isEmpty
+    }
+
+    /// Hands the channel what waits in the queue, in order, while `more` says so.
+    private func handOverQueued(_ context: ChannelHandlerContext, while more: () -> Bool = { true }) {
+        while more(), let next = outbound.next() { channelWrite(context, next.buffer, raw: next.continuation) }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -897,35 +912,19 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if !rest.isEmpty, takesFrameParts {
             // Written part by part: what the connection holds of the rows is the shared buffer
             // (gathered for the socket, queued, or in the channel), never a copy of its own.
-            var rest = rest
-            if case .webSocketFrames = runFraming, let end = rest.indices.last {
-                // One text frame: its header (for the whole message, without the newline) with
-                // the head, so that the transport passes it on as framed; the later parts go
-                // past the transport as they are (`channelWrite(raw:)`).
-                var last = rest[end]
-                if last.readableBytesView.last == UInt8(ascii: "\n") { last.moveWriterIndex(to: last.writerIndex - 1) }
-                rest[end] = last
-                var first = ByteBufferAllocator().buffer(capacity: frame.readableBytes + 10)
-                WebSocketFraming.writeHeader(payloadLength: bytes - 1, into: &first)
-                first.writeImmutableBuffer(frame)
-                write(first, asked: true)
-            } else {
-                write(frame, asked: true)
-            }
-            for part in rest {
-                guard transport == "tls" || transport == "wss", part.readableBytes > SharedListBody.tlsSlice else {
+            var parts = [frame] + rest
+            if case .webSocketFrames = runFraming { parts = WebSocketFraming.textFrame(parts: parts) }
+            write(parts[0], asked: true)
+            for part in parts.dropFirst() {
+                guard encryptsAtFlush, part.readableBytes > SharedListBody.tlsSlice else {
                     write(part, frames: 0, asked: true, continuation: true)
                     continue
                 }
                 // TLS encrypts what it is handed at its flush, into buffers of the connection's
-                // own: handed in slices (of the shared storage), only as the channel takes
-                // them, it holds about a high-water mark of ciphertext, not a copy of the rows.
-                var rows = part
-                while rows.readableBytes > 0,
-                    let slice = rows.readSlice(length: min(SharedListBody.tlsSlice, rows.readableBytes))
-                {
-                    // Flushed one by one: only a flush makes the channel unwritable, so that
-                    // the slices after it wait in the session's own queue.
+                // own: handed in slices (of the shared storage), each flushed, only as the
+                // channel takes them (a flush is what makes it unwritable), it holds about a
+                // high-water mark of ciphertext, not a copy of the rows.
+                for slice in SharedListBody.slices(of: part) {
                     write(slice, frames: 0, flushing: true, asked: true, continuation: true)
                 }
             }
@@ -1196,8 +1195,8 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
         if channelWritable, !lifecycle.isClosing {
             // Hand the channel what waited, as much as it takes before it is full again (a
             // write that fills it calls this again, which clears `channelWritable`).
-            while channelWritable, let next = outbound.next() {
-                channelWrite(context, next.buffer, raw: next.continuation)
+            if !outbound.isEmpty {
+                handOverQueued(context) { self.channelWritable }
                 needsFlush = true
             }
             flush()
@@ -1229,10 +1228,10 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Others are never held up by this client.
     private func slowConsumer() {
         guard let context, case .cutSlowConsumer = closeSession(.slowConsumer) else { return }
-        let (dropped, unfinished) = outbound.dropAll()
-        logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         // The rest of a frame begun goes first: the client receives only whole frames.
-        for part in unfinished { channelWrite(context, part, raw: true) }
+        finishFrameBegun(context)
+        let dropped = outbound.dropAll()
+        logger.info("closing slow consumer", metadata: ["frames.dropped": "\(dropped)"])
         services.hub.metrics.slowConsumer()
         let frame = errorFrame(
             .slowConsumer,
@@ -1312,7 +1311,7 @@ final class SessionHandler<Codec: EventCodec>: ChannelDuplexHandler {
     /// Sends a last frame behind everything queued, then closes.
     private func closeAfter(_ frame: ByteBuffer) {
         guard let context, case .sendLastFrameAndClose = closeSession(.afterLastFrame) else { return }
-        while let next = outbound.next() { channelWrite(context, next.buffer, raw: next.continuation) }
+        handOverQueued(context)
         let channel = context.channel
         let promise = loop.makePromise(of: Void.self)
         channelWrite(context, frame, flush: true, promise: promise)

@@ -162,27 +162,10 @@ final class Shard<Codec: EventCodec>: @unchecked Sendable {
                     )
                 }
             case .reply(let id, let reply, let typeIndex):
-                if case .array(let rows) = reply.body, let body = listBodies.body(for: rows) {
-                    let parts = SharedListBody.frameParts(
-                        type: reply.type,
-                        correlation: reply.correlation,
-                        mark: reply.mark,
-                        body: body
-                    )
-                    personal.append(
-                        ShardPersonalFrame(
-                            after: run.count,
-                            session: id,
-                            bytes: parts.head,
-                            typeIndex: typeIndex,
-                            rest: parts.rest
-                        )
-                    )
-                } else {
-                    personal.append(
-                        ShardPersonalFrame(after: run.count, session: id, bytes: reply.frame(), typeIndex: typeIndex)
-                    )
-                }
+                let (head, rest) = listBodies.frame(of: reply)
+                personal.append(
+                    ShardPersonalFrame(after: run.count, session: id, bytes: head, typeIndex: typeIndex, rest: rest)
+                )
             case .monitor(let frame, let typeIndex, let except):
                 for id in monitorsByType[typeIndex].keys where id != except {
                     personal.append(

@@ -58,6 +58,23 @@ struct SharedListBody {
             && a.withUnsafeBufferPointer { a in b.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
     }
 
+    /// The frame of `reply`: its head and the rest when its payload is a large list's rows
+    /// (shared), else the whole frame and no rest.
+    mutating func frame(of reply: PendingReply) -> (head: ByteBuffer, rest: [ByteBuffer]) {
+        guard case .array(let rows) = reply.body, let body = body(for: rows) else { return (reply.frame(), []) }
+        return Self.frameParts(type: reply.type, correlation: reply.correlation, mark: reply.mark, body: body)
+    }
+
+    /// `part` in slices of at most `tlsSlice` bytes (of its storage, not copies).
+    static func slices(of part: ByteBuffer) -> [ByteBuffer] {
+        var rest = part
+        var slices: [ByteBuffer] = []
+        while rest.readableBytes > 0, let slice = rest.readSlice(length: min(tlsSlice, rest.readableBytes)) {
+            slices.append(slice)
+        }
+        return slices
+    }
+
     /// The frame of a reply whose payload is `body` (a list's rows joined): its head, the body,
     /// and its end, written in this order they are the frame `OutboundFrame.event` makes.
     static func frameParts(

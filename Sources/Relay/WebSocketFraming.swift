@@ -26,6 +26,24 @@ enum WebSocketFraming {
         return frames
     }
 
+    /// A line that comes in parts, as one text frame still in parts: the frame's header with
+    /// the first part, then the others, the last without its newline. The first part starts with
+    /// `finalText`, so the transport handler passes it on as framed; the others must be written
+    /// past it.
+    static func textFrame(parts: [ByteBuffer]) -> [ByteBuffer] {
+        guard let first = parts.first else { return [] }
+        var parts = parts
+        if let end = parts.indices.last, parts[end].readableBytesView.last == UInt8(ascii: "\n") {
+            parts[end].moveWriterIndex(to: parts[end].writerIndex - 1)
+        }
+        var head = ByteBuffer()
+        head.reserveCapacity(first.readableBytes + 10)
+        writeHeader(payloadLength: parts.reduce(0) { $0 + $1.readableBytes }, into: &head)
+        head.writeImmutableBuffer(parts[0])
+        parts[0] = head
+        return parts
+    }
+
     static func writeHeader(payloadLength length: Int, into buffer: inout ByteBuffer) {
         buffer.writeInteger(finalText)
         switch length {

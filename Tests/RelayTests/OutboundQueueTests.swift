@@ -28,7 +28,8 @@ import Testing
 
     @Test func aCutDropsEveryWholeFrame() {
         var queue = queue([("{\"a\":1}\n", 1, false), ("{\"b\":2}\n{\"c\":3}\n", 2, false)])
-        let (dropped, unfinished) = queue.dropAll()
+        let unfinished = queue.takeUnfinished()
+        let dropped = queue.dropAll()
         #expect(dropped == 3)
         #expect(unfinished.isEmpty)
         #expect(queue.isEmpty && queue.bytes == 0 && queue.frames == 0)
@@ -41,7 +42,8 @@ import Testing
             ("[1,2,3]", 0, true), ("}\n", 0, true), ("{\"b\":2}\n", 1, false), ("{\"h\":", 1, false),
             ("[4]", 0, true), ("}\n", 0, true),
         ])
-        let (dropped, unfinished) = queue.dropAll()
+        let unfinished = queue.takeUnfinished()
+        let dropped = queue.dropAll()
         #expect(unfinished.map { String(buffer: $0) } == ["[1,2,3]", "}\n"])
         #expect(dropped == 2)
         #expect(queue.isEmpty && queue.bytes == 0 && queue.frames == 0)
@@ -50,7 +52,8 @@ import Testing
     /// A frame whose head is still queued is dropped whole, its parts with it.
     @Test func aCutDropsAFrameNotBegunWithItsParts() {
         var queue = queue([("{\"h\":", 1, false), ("[4]", 0, true), ("}\n", 0, true)])
-        let (dropped, unfinished) = queue.dropAll()
+        let unfinished = queue.takeUnfinished()
+        let dropped = queue.dropAll()
         #expect(unfinished.isEmpty)
         #expect(dropped == 1)
     }
